@@ -1,0 +1,67 @@
+"""fuel_cy: Cython CPU attention kernels generated from declarative kernel contracts.
+
+>>> import numpy as np, fuel_cy
+>>> q = np.random.rand(1, 8, 128, 64).astype(np.float32)
+>>> out = fuel_cy.attention_flash(q, q, q, causal=True)
+"""
+from __future__ import annotations
+
+import warnings
+
+from .errors import ContractError, InputError, StaleBuildWarning
+
+from ._threads import get_num_threads, set_num_threads
+
+__version__ = "0.1.0"
+_REBUILD = ("fuel_cy's compiled extension is missing or was built from other sources: rebuild it "
+            "with `pip install -e .` (or `fuel-cy build`) from the project checkout")
+
+try:
+    from ._generated import _kernels as _ext
+    from ._generated import _tables
+except ImportError as _exc:
+    # Keep the pure-Python layers (contract, codegen, cli) importable so `fuel-cy build` can
+    # repair the install; everything compiled raises with the rebuild command instead.
+    _BUILD_ERROR: "ImportError | None" = _exc
+
+    def __getattr__(name: str):  # noqa: D401
+        raise ImportError(f"{_REBUILD} (while importing fuel_cy.{name}: {_BUILD_ERROR})")
+else:
+    _BUILD_ERROR = None
+    from ._generated._kernels import *  # noqa: F401,F403  (the contract's kernels)
+    from ._generated._kernels import __all__ as _kernel_names
+    from .cost import CostReport, cost
+    from .dispatch import Plan, dispatch, plan
+    from .registry import ENTRY_POINTS, FUSED_OPS, KernelEntry, registry
+
+
+
+def build_info() -> dict:
+    """Compiler flags, OpenMP and machine of the build that produced the extension."""
+    from ._generated._build_info import BUILD_INFO
+
+    return dict(BUILD_INFO)
+
+
+def _check_stale() -> None:
+    from .contract.loader import default_contracts_dir, text_hash
+
+    try:
+        folder = default_contracts_dir()
+    except ContractError:
+        return
+    for name, digest in _tables.CONTRACT_HASHES.items():
+        path = folder / name
+        if path.exists() and text_hash(path.read_text(encoding="utf-8")) != digest:
+            warnings.warn(
+                f"contract {path} changed since the extension was built; rebuild with "
+                f"`fuel-cy build` (or `pip install -e .`) so code and contract agree",
+                StaleBuildWarning, stacklevel=3)
+
+
+if _BUILD_ERROR is None:
+    _check_stale()
+
+__all__ = [*(_kernel_names if _BUILD_ERROR is None else []), "ContractError", "CostReport", "ENTRY_POINTS", "FUSED_OPS", "InputError",
+           "KernelEntry", "Plan", "StaleBuildWarning", "build_info", "cost", "dispatch",
+           "get_num_threads", "plan", "registry", "set_num_threads"]

@@ -1,0 +1,263 @@
+# Shared building blocks of every attention kernel: masking, score transform, tile GEMMs and
+# lane-partial reductions.  Written once over (rnd_t, real_t); each arithmetic result goes
+# through R() so half types round at every step.  Reductions use fixed lane partials, so the
+# order of additions (and thus the bits) never depends on threads or tiling of the caller.
+
+cdef enum:
+    BC = 128      # keys per packed tile (K^T stored as [D][BC])
+cdef enum:
+    NL = 16       # vector lanes per register block
+cdef enum:
+    NR = 4        # rows per register block
+
+cdef struct AttnOpts:
+    double scale      # already rounded to f32 by the dispatcher (the contract's `f32` kind)
+    double softcap    # 0 => no softcap
+    int causal
+    Py_ssize_t wl     # window_size_left, -1 => none
+    Py_ssize_t wr     # window_size_right, -1 => none
+    Py_ssize_t k_len  # live key prefix (Sk when None)
+
+
+cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """Keys kj admissible for query qpos form the interval [lo, hi) (position_admissible)."""
+    cdef Py_ssize_t a = 0, b = o.k_len
+    if o.causal and qpos + 1 < b:
+        b = qpos + 1
+    if o.wr >= 0 and qpos + o.wr + 1 < b:
+        b = qpos + o.wr + 1
+    if o.wl >= 0 and qpos - o.wl > a:
+        a = qpos - o.wl
+    if b < a:
+        b = a
+    lo[0] = a
+    hi[0] = b
+
+
+cdef inline int tile_class(Py_ssize_t ilo, Py_ssize_t ihi, Py_ssize_t jlo, Py_ssize_t jhi, AttnOpts* o) noexcept nogil:
+    """0: every (i, j) in the tile is masked; 1: some are; 2: none are (inclusive bounds)."""
+    cdef Py_ssize_t lo_a, hi_a, lo_b, hi_b
+    admissible_range(ilo, o, &lo_a, &hi_a)
+    admissible_range(ihi, o, &lo_b, &hi_b)
+    # lo and hi are monotone non-decreasing in qpos, so the tile's extremes bound every row
+    if jlo >= hi_b or jhi < lo_a:
+        return 0
+    if jlo >= lo_b and jhi < hi_a:
+        return 2
+    return 1
+
+
+cdef inline void transform_row(rnd_t tag, real_t* s, Py_ssize_t n, Py_ssize_t j0, Py_ssize_t qpos,
+                               real_t scale, real_t cap, real_t slope, bint has_alibi,
+                               AttnOpts* o, bint masked, real_t* tout) noexcept nogil:
+    """Raw dot products -> scores: scale, then softcap tanh(s/c)*c, then ALiBi, then mask."""
+    cdef Py_ssize_t j, lo, hi
+    cdef real_t t
+    for j in range(n):
+        s[j] = R(tag, scale * s[j])
+    if cap != 0:
+        for j in range(n):
+            t = TANH(tag, R(tag, s[j] / cap))
+            if tout != NULL:
+                tout[j] = t
+            s[j] = R(tag, t * cap)
+    if has_alibi:
+        for j in range(n):
+            s[j] = R(tag, s[j] + R(tag, slope * R(tag, <real_t>(j0 + j - qpos))))
+    if masked:
+        admissible_range(qpos, o, &lo, &hi)
+        for j in range(n):
+            if j0 + j < lo or j0 + j >= hi:
+                s[j] = -INFINITY
+
+
+cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
+    cdef real_t lanes[NL]
+    cdef Py_ssize_t j, l, j0 = 0
+    cdef real_t m
+    for l in range(NL):
+        lanes[l] = -INFINITY
+    while j0 + NL <= n:
+        for l in range(NL):
+            lanes[l] = s[j0 + l] if s[j0 + l] > lanes[l] else lanes[l]
+        j0 += NL
+    for j in range(j0, n):
+        lanes[j - j0] = s[j] if s[j] > lanes[j - j0] else lanes[j - j0]
+    m = lanes[0]
+    for l in range(1, NL):
+        m = lanes[l] if lanes[l] > m else m
+    return m
+
+
+cdef inline real_t sum16(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
+    """sum(s) with lane j % 16 partials combined in lane order (the documented reduction order)."""
+    cdef real_t lanes[NL]
+    cdef Py_ssize_t j, l, j0 = 0
+    cdef real_t total
+    for l in range(NL):
+        lanes[l] = 0
+    while j0 + NL <= n:
+        for l in range(NL):
+            lanes[l] = R(tag, lanes[l] + s[j0 + l])
+        j0 += NL
+    for j in range(j0, n):
+        lanes[j - j0] = R(tag, lanes[j - j0] + s[j])
+    total = lanes[0]
+    for l in range(1, NL):
+        total = R(tag, total + lanes[l])
+    return total
+
+
+cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept nogil:
+    """sum(a*b) in the same lane order as sum16."""
+    cdef real_t lanes[NL]
+    cdef Py_ssize_t j, l, j0 = 0
+    cdef real_t total
+    for l in range(NL):
+        lanes[l] = 0
+    while j0 + NL <= n:
+        for l in range(NL):
+            lanes[l] = R(tag, lanes[l] + R(tag, a[j0 + l] * b[j0 + l]))
+        j0 += NL
+    for j in range(j0, n):
+        lanes[j - j0] = R(tag, lanes[j - j0] + R(tag, a[j] * b[j]))
+    total = lanes[0]
+    for l in range(1, NL):
+        total = R(tag, total + lanes[l])
+    return total
+
+
+cdef inline void pack_kt(real_t** rows, Py_ssize_t n, Py_ssize_t D, real_t* out) noexcept nogil:
+    """Pack n <= BC rows of length D as K^T [D][BC], zero-padding the missing columns."""
+    cdef Py_ssize_t j, d
+    for d in range(D):
+        for j in range(n):
+            out[d * BC + j] = rows[j][d]
+        for j in range(n, BC):
+            out[d * BC + j] = 0
+
+
+cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, real_t* Kt,
+                         real_t* S, Py_ssize_t lds) noexcept nogil:
+    """S[i, j] = sum_d Q[i, d] * Kt[d, j] for BC columns; sequential over d per (i, j).
+    Q rows (stride D) must be padded to a multiple of NR rows."""
+    cdef real_t acc0[NL]
+    cdef real_t acc1[NL]
+    cdef real_t acc2[NL]
+    cdef real_t acc3[NL]
+    cdef real_t q0, q1, q2, q3
+    cdef real_t* kv
+    cdef Py_ssize_t i, j0, d, l
+    for i in range(0, nrows4, 4):   # NR
+        for j0 in range(0, BC, 16):  # NL
+            for l in range(NL):
+                acc0[l] = 0
+                acc1[l] = 0
+                acc2[l] = 0
+                acc3[l] = 0
+            for d in range(D):
+                kv = Kt + d * BC + j0
+                q0 = Q[i * D + d]
+                q1 = Q[(i + 1) * D + d]
+                q2 = Q[(i + 2) * D + d]
+                q3 = Q[(i + 3) * D + d]
+                for l in range(NL):
+                    acc0[l] = R(tag, acc0[l] + R(tag, q0 * kv[l]))
+                    acc1[l] = R(tag, acc1[l] + R(tag, q1 * kv[l]))
+                    acc2[l] = R(tag, acc2[l] + R(tag, q2 * kv[l]))
+                    acc3[l] = R(tag, acc3[l] + R(tag, q3 * kv[l]))
+            for l in range(NL):
+                S[i * lds + j0 + l] = acc0[l]
+                S[(i + 1) * lds + j0 + l] = acc1[l]
+                S[(i + 2) * lds + j0 + l] = acc2[l]
+                S[(i + 3) * lds + j0 + l] = acc3[l]
+
+
+cdef inline void pv_accum(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols,
+                          real_t** vrows, Py_ssize_t D, real_t* O, Py_ssize_t ldo) noexcept nogil:
+    """O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j (rows padded to NR)."""
+    cdef real_t acc0[NL]
+    cdef real_t acc1[NL]
+    cdef real_t acc2[NL]
+    cdef real_t acc3[NL]
+    cdef real_t p0, p1, p2, p3
+    cdef real_t* vv
+    cdef Py_ssize_t i, j, l, d0, nl
+    for i in range(0, nrows4, 4):   # NR
+        d0 = 0
+        while d0 + NL <= D:
+            for l in range(NL):
+                acc0[l] = O[i * ldo + d0 + l]
+                acc1[l] = O[(i + 1) * ldo + d0 + l]
+                acc2[l] = O[(i + 2) * ldo + d0 + l]
+                acc3[l] = O[(i + 3) * ldo + d0 + l]
+            for j in range(ncols):
+                vv = vrows[j] + d0
+                p0 = P[i * ldp + j]
+                p1 = P[(i + 1) * ldp + j]
+                p2 = P[(i + 2) * ldp + j]
+                p3 = P[(i + 3) * ldp + j]
+                for l in range(NL):
+                    acc0[l] = R(tag, acc0[l] + R(tag, p0 * vv[l]))
+                    acc1[l] = R(tag, acc1[l] + R(tag, p1 * vv[l]))
+                    acc2[l] = R(tag, acc2[l] + R(tag, p2 * vv[l]))
+                    acc3[l] = R(tag, acc3[l] + R(tag, p3 * vv[l]))
+            for l in range(NL):
+                O[i * ldo + d0 + l] = acc0[l]
+                O[(i + 1) * ldo + d0 + l] = acc1[l]
+                O[(i + 2) * ldo + d0 + l] = acc2[l]
+                O[(i + 3) * ldo + d0 + l] = acc3[l]
+            d0 += NL
+        if d0 < D:  # the D % 16 tail: same order of operations, fewer lanes
+            nl = D - d0
+            for l in range(nl):
+                acc0[l] = O[i * ldo + d0 + l]
+                acc1[l] = O[(i + 1) * ldo + d0 + l]
+                acc2[l] = O[(i + 2) * ldo + d0 + l]
+                acc3[l] = O[(i + 3) * ldo + d0 + l]
+            for j in range(ncols):
+                vv = vrows[j] + d0
+                p0 = P[i * ldp + j]
+                p1 = P[(i + 1) * ldp + j]
+                p2 = P[(i + 2) * ldp + j]
+                p3 = P[(i + 3) * ldp + j]
+                for l in range(nl):
+                    acc0[l] = R(tag, acc0[l] + R(tag, p0 * vv[l]))
+                    acc1[l] = R(tag, acc1[l] + R(tag, p1 * vv[l]))
+                    acc2[l] = R(tag, acc2[l] + R(tag, p2 * vv[l]))
+                    acc3[l] = R(tag, acc3[l] + R(tag, p3 * vv[l]))
+            for l in range(nl):
+                O[i * ldo + d0 + l] = acc0[l]
+                O[(i + 1) * ldo + d0 + l] = acc1[l]
+                O[(i + 2) * ldo + d0 + l] = acc2[l]
+                O[(i + 3) * ldo + d0 + l] = acc3[l]
+
+
+cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
+    """In place: stable softmax over n scores; a row with no finite score becomes all zeros."""
+    cdef Py_ssize_t j
+    cdef real_t m = row_max(s, n)
+    cdef real_t total
+    if not (m > -INFINITY):
+        for j in range(n):
+            s[j] = 0
+        return
+    for j in range(n):
+        s[j] = EXP(tag, R(tag, s[j] - m))
+    total = sum16(tag, s, n)
+    for j in range(n):
+        s[j] = R(tag, s[j] / total)
+
+
+cdef inline void copy_rows_padded(real_t* src, Py_ssize_t nrows, Py_ssize_t nrows4, Py_ssize_t D, real_t* dst) noexcept nogil:
+    cdef Py_ssize_t x
+    for x in range(nrows * D):
+        dst[x] = src[x]
+    for x in range(nrows * D, nrows4 * D):
+        dst[x] = 0
+
+
+cdef inline void zero(real_t* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t x
+    for x in range(n):
+        p[x] = 0

@@ -1,0 +1,121 @@
+# GIL-side drivers: take validated contiguous work arrays (float for f32/bf16/f16, double for
+# f64), allocate packed operands and per-thread scratch as numpy arrays (so a failed allocation is
+# a MemoryError, not a crash), then release the GIL for the cores.  Hand-written; included by the
+# generated extension.  Inputs are only read; outputs are fully written.
+
+import numpy as _np
+
+
+cdef inline object _work_dtype(real_t* dummy):
+    if real_t is float:
+        return _np.float32
+    else:
+        return _np.float64
+
+
+cdef AttnOpts _opts(dict params, Py_ssize_t Sk):
+    cdef AttnOpts o
+    o.scale = params["softmax_scale"]
+    o.softcap = params.get("softcap") or 0.0
+    o.causal = bool(params.get("causal", False))
+    o.wl = -1 if params.get("window_size_left") is None else params["window_size_left"]
+    o.wr = -1 if params.get("window_size_right") is None else params["window_size_right"]
+    o.k_len = Sk if params.get("k_len") is None else min(<Py_ssize_t>params["k_len"], Sk)
+    return o
+
+
+cdef inline real_t* _ptr(real_t[::1] a):
+    return &a[0] if a.shape[0] > 0 else NULL
+
+
+cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
+                     bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads, bint naive):
+    cdef Shape sh
+    sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
+    if out.shape[0] == 0:
+        return
+    if sh.Sk == 0 or sh.D == 0:
+        out[:] = 0
+        return
+    cdef AttnOpts o = _opts(params, sh.Sk)
+    cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
+    dt = _work_dtype(<real_t*>NULL)
+    cdef real_t[::1] ktp = _np.empty(sh.B * sh.Hkv * ntiles * sh.D * BC, dtype=dt)
+    cdef Py_ssize_t ntasks, per_thread
+    if naive:
+        ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_NAIVE)
+        per_thread = 2 * BR_NAIVE * sh.D + BR_NAIVE * ntiles * BC
+    else:
+        ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_FLASH)
+        per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH
+    cdef int nt = <int>min(nthreads, ntasks)
+    cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
+    cdef real_t* sp = &slopes[0] if has_slopes else NULL
+    with nogil:
+        pack_heads(&k[0], sh.B * sh.Hkv, sh.Sk, sh.D, &ktp[0], nt)
+        if naive:
+            naive_forward_core(tag, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o, &scratch[0], per_thread, nt)
+        else:
+            flash_forward_core(tag, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o, &scratch[0], per_thread, nt)
+
+
+cdef object drive_attention_flash(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
+                                  bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
+    _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, False)
+
+
+cdef object drive_attention_naive(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
+                                  bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
+    _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, True)
+
+
+cdef object drive_attention_paged_naive(rnd_t tag, real_t[::1] q, real_t[::1] kc, real_t[::1] vc,
+                                        unsigned int[::1] table, unsigned int[::1] ctx_lens,
+                                        real_t[::1] slopes, bint has_slopes, real_t[::1] out,
+                                        tuple dims, dict params, int nthreads):
+    cdef PagedShape sh
+    sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.D, sh.block_size, sh.max_blocks, sh.num_blocks = dims
+    if out.shape[0] == 0:
+        return
+    if sh.D == 0 or sh.max_blocks * sh.block_size == 0:
+        out[:] = 0
+        return
+    cdef Py_ssize_t Skp = ceil_div(sh.max_blocks * sh.block_size, BC) * BC
+    cdef Py_ssize_t ntasks = sh.B * sh.Hkv * ceil_div((sh.Hq // sh.Hkv) * sh.Sq, BR_NAIVE)
+    cdef Py_ssize_t per_thread = 2 * BR_NAIVE * sh.D + sh.D * BC + BR_NAIVE * Skp
+    cdef int nt = <int>min(nthreads, ntasks)
+    dt = _work_dtype(<real_t*>NULL)
+    cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
+    cdef real_t* sp = &slopes[0] if has_slopes else NULL
+    cdef double scale = params["softmax_scale"]
+    cdef double cap = params.get("softcap") or 0.0
+    with nogil:
+        paged_forward_core(tag, &q[0], &kc[0], &vc[0], &table[0], &ctx_lens[0], sp, &out[0], &sh,
+                           scale, cap, &scratch[0], per_thread, nt)
+
+
+cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v,
+                                           real_t[::1] dout, real_t[::1] slopes, bint has_slopes,
+                                           real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
+                                           tuple dims, dict params, int nthreads):
+    cdef Shape sh
+    sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
+    if sh.B * sh.Hq * sh.Sq * sh.Sk * sh.D == 0:
+        dq[:] = 0
+        dk[:] = 0
+        dv[:] = 0
+        return
+    cdef AttnOpts o = _opts(params, sh.Sk)
+    cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
+    dt = _work_dtype(<real_t*>NULL)
+    cdef real_t[::1] ktp = _np.empty(sh.B * sh.Hkv * ntiles * sh.D * BC, dtype=dt)
+    cdef real_t[::1] vtp = _np.empty(sh.B * sh.Hkv * ntiles * sh.D * BC, dtype=dt)
+    cdef Py_ssize_t per_thread = 3 * BR_BWD * sh.D + 5 * BR_BWD * Skp + 2 * Skp * sh.D
+    cdef int nt = <int>min(nthreads, sh.B * sh.Hkv)
+    cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
+    cdef real_t* sp = &slopes[0] if has_slopes else NULL
+    with nogil:
+        pack_heads(&k[0], sh.B * sh.Hkv, sh.Sk, sh.D, &ktp[0], nt)
+        pack_heads(&v[0], sh.B * sh.Hkv, sh.Sk, sh.D, &vtp[0], nt)
+        backward_core(tag, &q[0], &k[0], &ktp[0], &vtp[0], &dout[0], sp, &dq[0], &dk[0], &dv[0],
+                      &sh, &o, &scratch[0], per_thread, nt)

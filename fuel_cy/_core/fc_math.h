@@ -1,0 +1,88 @@
+/* Scalar helpers for the attention core: round-to-nearest-even to bf16/f16 ("math in T" for
+ * half types) and a vectorizable expf.  Hand-written; included by the generated extension. */
+#ifndef FUEL_CY_FC_MATH_H
+#define FUEL_CY_FC_MATH_H
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+static inline uint32_t fc_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float fc_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* float -> bf16 bits, round to nearest even; NaN stays a quiet NaN (as ml_dtypes does). */
+static inline uint16_t fc_f32_to_bf16_bits(float f) {
+    uint32_t u = fc_f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float fc_bf16_bits_to_f32(uint16_t h) { return fc_u2f(((uint32_t)h) << 16); }
+static inline float fc_round_bf16(float f) { return fc_bf16_bits_to_f32(fc_f32_to_bf16_bits(f)); }
+
+/* float -> IEEE binary16 bits, round to nearest even, with subnormals, overflow and NaN. */
+static inline uint16_t fc_f32_to_f16_bits(float f) {
+    uint32_t x = fc_f2u(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t a = x & 0x7fffffffu;
+    if (a >= 0x7f800000u) {
+        if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+        return (uint16_t)(sign | 0x7c00u);
+    }
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);   /* >= 65520 rounds to inf */
+    if (a < 0x38800000u) {                                      /* below 2^-14: subnormal */
+        if (a < 0x33000000u) return (uint16_t)sign;             /* <= 2^-25 rounds to 0 */
+        uint32_t e = a >> 23;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e;
+        uint32_t h = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = (a - 0x38000000u) >> 13;
+    uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+static inline float fc_f16_bits_to_f32(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return fc_u2f(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        if (m == 0) return fc_u2f(sign);
+        float v = (float)m * 5.9604644775390625e-08f; /* m * 2^-24, exact */
+        return sign ? -v : v;
+    }
+    return fc_u2f(sign | ((e + 112u) << 23) | (m << 13));
+}
+static inline float fc_round_f16(float f) { return fc_f16_bits_to_f32(fc_f32_to_f16_bits(f)); }
+
+/* Vectorizable expf (Cephes polynomial, ~1-2 ulp).  Results below ~exp(-86.5) flush to 0,
+ * above 88.72 give +inf, NaN propagates.  No -ffast-math needed: gcc vectorizes the selects. */
+static inline float fc_expf(float x) {
+    float xc = (x > 88.0f) ? 88.0f : x;
+    xc = (xc < -86.5f) ? -86.5f : xc;
+    xc = (x == x) ? xc : 0.0f;
+    float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    float p = 1.9875691500E-4f;
+    p = p * r + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t n = (int32_t)fn;
+    float scale = fc_u2f((uint32_t)(n + 127) << 23);
+    float y = p * scale;
+    y = (x < -86.5f) ? 0.0f : y;
+    y = (x > 88.7228f) ? INFINITY : y;
+    return (x == x) ? y : x;
+}
+/* "math in T" for half types: exp/tanh computed in double and rounded once to f32, so a
+ * pure-Python emulation (math.exp) reproduces the same bits; the caller then rounds to T. */
+static inline float fc_exp_via_double(float x) { return (float)exp((double)x); }
+static inline float fc_tanh_via_double(float x) { return (float)tanh((double)x); }
+#endif

@@ -1,0 +1,373 @@
+# The four attention kernels, written once over (rnd_t, real_t).  Hand-written; included by the
+# generated extension after policy.pxi and blocks.pxi.  Callers pass validated, contiguous
+# buffers; every index these loops touch is implied by the shapes the validator checked (and,
+# for the paged kernel, by the block ids checked before the GIL is released).
+
+from cython.parallel cimport prange, threadid
+
+cdef enum:
+    BR_FLASH = 64     # query rows per flash tile
+cdef enum:
+    BR_NAIVE = 16     # query rows per naive/paged task (score rows materialized together)
+cdef enum:
+    BR_BWD = 32       # query rows per backward step
+
+cdef struct Shape:
+    Py_ssize_t B, Hq, Hkv, Sq, Sk, D
+
+
+cdef inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+cdef inline void pack_head_tile(real_t* k, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
+                                Py_ssize_t D, real_t* out) noexcept nogil:
+    # a function of its own so `rows` lives on each OpenMP thread's stack
+    cdef Py_ssize_t head = task // ntiles, t = task % ntiles, jj, n
+    cdef real_t* rows[BC]
+    n = Sk - t * BC
+    if n > BC:
+        n = BC
+    for jj in range(n):
+        rows[jj] = k + (head * Sk + t * BC + jj) * D
+    pack_kt(rows, n, D, out + task * D * BC)
+
+
+cdef void pack_heads(real_t* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, real_t* out, int nthreads) noexcept nogil:
+    """K [nheads, Sk, D] -> packed tiles [nheads][ceil(Sk/BC)][D][BC] (shared by all q tiles)."""
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t task
+    for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
+        pack_head_tile(k, task, ntiles, Sk, D, out)
+
+
+cdef inline void flash_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, real_t* v, real_t* slopes,
+                            real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+    cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
+    cdef Py_ssize_t nqt = ceil_div(Sq, BR_FLASH), ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t qt = task % nqt, bh = task // nqt
+    cdef Py_ssize_t h = bh % sh.Hq, b = bh // sh.Hq
+    cdef Py_ssize_t hk = h // (sh.Hq // sh.Hkv)
+    cdef Py_ssize_t i0 = qt * BR_FLASH, nr, nr4, t, j0, nc, r, jj, d, kend, cls
+    cdef real_t* Qs = buf
+    cdef real_t* S = Qs + BR_FLASH * D
+    cdef real_t* O = S + BR_FLASH * BC
+    cdef real_t* m = O + BR_FLASH * D
+    cdef real_t* l = m + BR_FLASH
+    cdef real_t* rows[BC]
+    cdef real_t* srow
+    cdef real_t* orow
+    cdef real_t* vbase = v + (b * sh.Hkv + hk) * Sk * D
+    cdef real_t* kth = ktp + (b * sh.Hkv + hk) * ntiles * D * BC
+    cdef real_t scale = R(tag, <real_t>o.scale)
+    cdef real_t cap = R(tag, <real_t>o.softcap)
+    cdef real_t slope = slopes[h] if slopes != NULL else 0
+    cdef real_t mt, mn, alpha, li
+    nr = Sq - i0
+    if nr > BR_FLASH:
+        nr = BR_FLASH
+    nr4 = (nr + NR - 1) // NR * NR
+    copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
+    zero(O, nr4 * D)
+    for r in range(nr):
+        m[r] = -INFINITY
+        l[r] = 0
+    kend = o.k_len if o.k_len < Sk else Sk
+    for t in range(ntiles):
+        j0 = t * BC
+        if j0 >= kend:
+            break
+        nc = kend - j0
+        if nc > BC:
+            nc = BC
+        cls = tile_class(i0, i0 + nr - 1, j0, j0 + nc - 1, o)
+        if cls == 0:
+            continue
+        qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC)
+        for r in range(nr):
+            srow = S + r * BC
+            transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
+            mt = row_max(srow, nc)
+            mn = mt if mt > m[r] else m[r]
+            if not (mn > -INFINITY):
+                zero(srow, nc)
+                continue
+            alpha = EXP(tag, R(tag, m[r] - mn))
+            for jj in range(nc):
+                srow[jj] = EXP(tag, R(tag, srow[jj] - mn))
+            l[r] = R(tag, R(tag, l[r] * alpha) + sum16(tag, srow, nc))
+            if alpha != 1:
+                orow = O + r * D
+                for d in range(D):
+                    orow[d] = R(tag, orow[d] * alpha)
+            m[r] = mn
+        for r in range(nr, nr4):
+            zero(S + r * BC, nc)
+        for jj in range(nc):
+            rows[jj] = vbase + (j0 + jj) * D
+        pv_accum(tag, S, BC, nr4, nc, rows, D, O, D)
+    for r in range(nr):
+        orow = out + ((b * sh.Hq + h) * Sq + i0 + r) * D
+        li = l[r]
+        for d in range(D):
+            orow[d] = R(tag, O[r * D + d] / li) if li != 0 else 0
+
+
+cdef void flash_forward_core(rnd_t tag, real_t* q, real_t* ktp, real_t* v, real_t* slopes, real_t* out,
+                             Shape* sh, AttnOpts* o, real_t* scratch, Py_ssize_t per_thread,
+                             int nthreads) noexcept nogil:
+    cdef Py_ssize_t ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_FLASH)
+    cdef Py_ssize_t task
+    for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
+        flash_task(tag, task, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
+
+
+cdef inline void naive_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, real_t* v, real_t* slopes,
+                            real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+    cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
+    cdef Py_ssize_t nqt = ceil_div(Sq, BR_NAIVE), ntiles = ceil_div(Sk, BC), Skp = ntiles * BC
+    cdef Py_ssize_t qt = task % nqt, bh = task // nqt
+    cdef Py_ssize_t h = bh % sh.Hq, b = bh // sh.Hq
+    cdef Py_ssize_t hk = h // (sh.Hq // sh.Hkv)
+    cdef Py_ssize_t i0 = qt * BR_NAIVE, nr, nr4, t, j0, nc, r, jj, d, kend
+    cdef real_t* Qs = buf
+    cdef real_t* O = Qs + BR_NAIVE * D
+    cdef real_t* S = O + BR_NAIVE * D
+    cdef real_t* rows[BC]
+    cdef real_t* vbase = v + (b * sh.Hkv + hk) * Sk * D
+    cdef real_t* kth = ktp + (b * sh.Hkv + hk) * ntiles * D * BC
+    cdef real_t scale = R(tag, <real_t>o.scale)
+    cdef real_t cap = R(tag, <real_t>o.softcap)
+    cdef real_t slope = slopes[h] if slopes != NULL else 0
+    cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
+    nr = Sq - i0
+    if nr > BR_NAIVE:
+        nr = BR_NAIVE
+    nr4 = (nr + NR - 1) // NR * NR
+    kend = o.k_len if o.k_len < Sk else Sk
+    copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
+    zero(O, nr4 * D)
+    for t in range(ceil_div(kend, BC)):
+        qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + t * BC, Skp)
+    for r in range(nr):
+        transform_row(tag, S + r * Skp, kend, 0, i0 + r, scale, cap, slope, slopes != NULL, o, masked, NULL)
+        softmax_row(tag, S + r * Skp, kend)
+    for r in range(nr, nr4):
+        zero(S + r * Skp, kend)
+    for t in range(ceil_div(kend, BC)):
+        j0 = t * BC
+        nc = kend - j0
+        if nc > BC:
+            nc = BC
+        for jj in range(nc):
+            rows[jj] = vbase + (j0 + jj) * D
+        pv_accum(tag, S + j0, Skp, nr4, nc, rows, D, O, D)
+    for r in range(nr):
+        for d in range(D):
+            out[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = O[r * D + d]
+
+
+cdef void naive_forward_core(rnd_t tag, real_t* q, real_t* ktp, real_t* v, real_t* slopes, real_t* out,
+                             Shape* sh, AttnOpts* o, real_t* scratch, Py_ssize_t per_thread,
+                             int nthreads) noexcept nogil:
+    cdef Py_ssize_t ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_NAIVE)
+    cdef Py_ssize_t task
+    for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
+        naive_task(tag, task, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
+
+
+cdef struct PagedShape:
+    Py_ssize_t B, Hq, Hkv, Sq, D, block_size, max_blocks, num_blocks
+
+
+cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, real_t* vc,
+                            unsigned int* table, unsigned int* ctx_lens, real_t* slopes, real_t* out,
+                            PagedShape* sh, double scale_in, double cap_in, real_t* buf) noexcept nogil:
+    cdef Py_ssize_t D = sh.D, Sq = sh.Sq, bs = sh.block_size, G = sh.Hq // sh.Hkv
+    cdef Py_ssize_t cap_keys = sh.max_blocks * bs
+    cdef Py_ssize_t Skp = ceil_div(cap_keys, BC) * BC
+    cdef Py_ssize_t nch = ceil_div(G * Sq, BR_NAIVE)
+    cdef Py_ssize_t ch = task % nch, bk = task // nch
+    cdef Py_ssize_t hk = bk % sh.Hkv, b = bk // sh.Hkv
+    cdef Py_ssize_t r0 = ch * BR_NAIVE, nr, nr4, r, t, j0, nc, jj, kj, blk, d, rr, h, qp, kend
+    cdef real_t* Qs = buf
+    cdef real_t* O = Qs + BR_NAIVE * D
+    cdef real_t* Kt = O + BR_NAIVE * D
+    cdef real_t* S = Kt + D * BC
+    cdef real_t* rows[BC]
+    cdef real_t scale = R(tag, <real_t>scale_in)
+    cdef real_t cap = R(tag, <real_t>cap_in)
+    cdef AttnOpts o
+    nr = G * Sq - r0
+    if nr > BR_NAIVE:
+        nr = BR_NAIVE
+    nr4 = (nr + NR - 1) // NR * NR
+    kend = ctx_lens[b]
+    o.causal = 1
+    o.wl = -1
+    o.wr = -1
+    o.k_len = kend
+    for r in range(nr):
+        rr = r0 + r
+        h = hk * G + rr // Sq
+        qp = rr % Sq
+        for d in range(D):
+            Qs[r * D + d] = q[((b * sh.Hq + h) * Sq + qp) * D + d]
+    zero(Qs + nr * D, (nr4 - nr) * D)
+    zero(O, nr4 * D)
+    for t in range(ceil_div(kend, BC)):
+        j0 = t * BC
+        nc = kend - j0
+        if nc > BC:
+            nc = BC
+        for jj in range(nc):
+            kj = j0 + jj
+            blk = table[b * sh.max_blocks + kj // bs]
+            rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk) * D
+        pack_kt(rows, nc, D, Kt)
+        qk_tile(tag, Qs, nr4, D, Kt, S + j0, Skp)
+    for r in range(nr):
+        rr = r0 + r
+        h = hk * G + rr // Sq
+        qp = rr % Sq
+        # query slot qp sits at absolute position saturating_sub(ctx, Sq) + qp
+        qp = (kend - Sq if kend > Sq else 0) + qp
+        transform_row(tag, S + r * Skp, kend, 0, qp, scale, cap, slopes[h] if slopes != NULL else 0,
+                      slopes != NULL, &o, 1, NULL)
+        softmax_row(tag, S + r * Skp, kend)
+    for r in range(nr, nr4):
+        zero(S + r * Skp, kend)
+    for t in range(ceil_div(kend, BC)):
+        j0 = t * BC
+        nc = kend - j0
+        if nc > BC:
+            nc = BC
+        for jj in range(nc):
+            kj = j0 + jj
+            blk = table[b * sh.max_blocks + kj // bs]
+            rows[jj] = vc + ((blk * bs + kj % bs) * sh.Hkv + hk) * D
+        pv_accum(tag, S + j0, Skp, nr4, nc, rows, D, O, D)
+    for r in range(nr):
+        rr = r0 + r
+        h = hk * G + rr // Sq
+        qp = rr % Sq
+        for d in range(D):
+            out[((b * sh.Hq + h) * Sq + qp) * D + d] = O[r * D + d]
+
+
+cdef void paged_forward_core(rnd_t tag, real_t* q, real_t* kc, real_t* vc, unsigned int* table,
+                             unsigned int* ctx_lens, real_t* slopes, real_t* out, PagedShape* sh,
+                             double scale, double cap, real_t* scratch, Py_ssize_t per_thread,
+                             int nthreads) noexcept nogil:
+    cdef Py_ssize_t ntasks = sh.B * sh.Hkv * ceil_div((sh.Hq // sh.Hkv) * sh.Sq, BR_NAIVE)
+    cdef Py_ssize_t task
+    for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
+        paged_task(tag, task, q, kc, vc, table, ctx_lens, slopes, out, sh, scale, cap,
+                   scratch + threadid() * per_thread)
+
+
+cdef inline void transpose_pad(real_t* src, Py_ssize_t lds, Py_ssize_t nrows4, Py_ssize_t ncols,
+                               Py_ssize_t ncols4, real_t* dst) noexcept nogil:
+    """dst[j, r] = src[r, j] for j < ncols; rows ncols..ncols4 of dst are zero."""
+    cdef Py_ssize_t r, j
+    for j in range(ncols):
+        for r in range(nrows4):
+            dst[j * nrows4 + r] = src[r * lds + j]
+    zero(dst + ncols * nrows4, (ncols4 - ncols) * nrows4)
+
+
+cdef inline void backward_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* k, real_t* ktp, real_t* vtp,
+                               real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
+                               Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+    cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC), Skp = ntiles * BC, Sk4 = (Sk + NR - 1) // NR * NR
+    cdef Py_ssize_t hk = task % sh.Hkv, b = task // sh.Hkv
+    cdef Py_ssize_t g, h, qt, i0, nr, nr4, t, j0, nc, r, j, d
+    cdef real_t* Qs = buf
+    cdef real_t* dOs = Qs + BR_BWD * D
+    cdef real_t* dQa = dOs + BR_BWD * D
+    cdef real_t* S = dQa + BR_BWD * D
+    cdef real_t* dP = S + BR_BWD * Skp
+    cdef real_t* Tt = dP + BR_BWD * Skp
+    cdef real_t* Pt = Tt + BR_BWD * Skp
+    cdef real_t* dSt = Pt + BR_BWD * Skp
+    cdef real_t* dKa = dSt + BR_BWD * Skp
+    cdef real_t* dVa = dKa + Skp * D
+    cdef real_t* rows[BC]
+    cdef real_t* kbase = k + (b * sh.Hkv + hk) * Sk * D
+    cdef real_t* kth = ktp + (b * sh.Hkv + hk) * ntiles * D * BC
+    cdef real_t* vth = vtp + (b * sh.Hkv + hk) * ntiles * D * BC
+    cdef real_t* srow
+    cdef real_t* dprow
+    cdef real_t* trow
+    cdef real_t scale = R(tag, <real_t>o.scale)
+    cdef real_t cap = R(tag, <real_t>o.softcap)
+    cdef real_t delta, ds
+    cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
+    zero(dKa, Sk4 * D)
+    zero(dVa, Sk4 * D)
+    for g in range(G):
+        h = hk * G + g
+        for qt in range(ceil_div(Sq, BR_BWD)):
+            i0 = qt * BR_BWD
+            nr = Sq - i0
+            if nr > BR_BWD:
+                nr = BR_BWD
+            nr4 = (nr + NR - 1) // NR * NR
+            copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
+            copy_rows_padded(dout + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, dOs)
+            for t in range(ntiles):
+                qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + t * BC, Skp)
+                qk_tile(tag, dOs, nr4, D, vth + t * D * BC, dP + t * BC, Skp)
+            for r in range(nr):
+                srow = S + r * Skp
+                dprow = dP + r * Skp
+                trow = Tt + r * Skp
+                transform_row(tag, srow, Sk, 0, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
+                              slopes != NULL, o, masked, trow if cap != 0 else NULL)
+                softmax_row(tag, srow, Sk)
+                # dS = P * (dP - sum_j P dP), times 1 - tanh^2(s_pre / c) under softcap
+                delta = dot16(tag, srow, dprow, Sk)
+                for j in range(Sk):
+                    ds = R(tag, srow[j] * R(tag, dprow[j] - delta))
+                    if cap != 0:
+                        ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
+                    dprow[j] = ds
+            for r in range(nr, nr4):
+                zero(S + r * Skp, Skp)
+                zero(dP + r * Skp, Skp)
+            # dQ = scale * dS K
+            zero(dQa, nr4 * D)
+            for t in range(ntiles):
+                j0 = t * BC
+                nc = Sk - j0
+                if nc > BC:
+                    nc = BC
+                for j in range(nc):
+                    rows[j] = kbase + (j0 + j) * D
+                pv_accum(tag, dP + j0, Skp, nr4, nc, rows, D, dQa, D)
+            for r in range(nr):
+                for d in range(D):
+                    dq[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = R(tag, scale * dQa[r * D + d])
+            # dV += P^T dO and dK += dS^T Q (scaled once at the end), owned by this (b, kv head)
+            transpose_pad(S, Skp, nr4, Sk, Sk4, Pt)
+            transpose_pad(dP, Skp, nr4, Sk, Sk4, dSt)
+            for r in range(nr):
+                rows[r] = dOs + r * D
+            pv_accum(tag, Pt, nr4, Sk4, nr, rows, D, dVa, D)
+            for r in range(nr):
+                rows[r] = Qs + r * D
+            pv_accum(tag, dSt, nr4, Sk4, nr, rows, D, dKa, D)
+    for j in range(Sk):
+        for d in range(D):
+            dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[j * D + d])
+            dv[((b * sh.Hkv + hk) * Sk + j) * D + d] = dVa[j * D + d]
+
+
+cdef void backward_core(rnd_t tag, real_t* q, real_t* k, real_t* ktp, real_t* vtp, real_t* dout,
+                        real_t* slopes, real_t* dq, real_t* dk, real_t* dv, Shape* sh, AttnOpts* o,
+                        real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
+    cdef Py_ssize_t task
+    for task in prange(sh.B * sh.Hkv, schedule='dynamic', num_threads=nthreads):
+        backward_task(tag, task, q, k, ktp, vtp, dout, slopes, dq, dk, dv, sh, o,
+                      scratch + threadid() * per_thread)

@@ -1,0 +1,67 @@
+# Element policies for the attention core.  Hand-written; included by the generated extension.
+#
+# `real_t` is the storage/arithmetic type (float or double); `rnd_t` is a compile-time tag that
+# says whether every arithmetic result is rounded to a narrower T.  f32 = (RoundNone, float),
+# f64 = (RoundNone, double), bf16 = (RoundBF16, float), f16 = (RoundF16, float): half types are
+# held in float (exactly representable) and each step is rounded to T with round-to-nearest-even,
+# which is what a generic kernel over half::bf16 / half::f16 computes ("math in T").
+# (Cython merges typedefs of one base type, hence a separate tag rather than four real types.)
+
+from libc.math cimport exp, tanh, tanhf, INFINITY
+
+cdef extern from "fc_math.h" nogil:
+    float fc_round_bf16(float x)
+    float fc_round_f16(float x)
+    float fc_expf(float x)
+    float fc_exp_via_double(float x)
+    float fc_tanh_via_double(float x)
+    unsigned short fc_f32_to_bf16_bits(float x)
+    unsigned short fc_f32_to_f16_bits(float x)
+    float fc_bf16_bits_to_f32(unsigned short h)
+    float fc_f16_bits_to_f32(unsigned short h)
+
+cdef struct RoundNone:
+    char unused
+cdef struct RoundBF16:
+    char unused
+cdef struct RoundF16:
+    char unused
+
+ctypedef fused rnd_t:
+    RoundNone
+    RoundBF16
+    RoundF16
+
+ctypedef fused real_t:
+    float
+    double
+
+
+cdef inline real_t R(rnd_t tag, real_t x) noexcept nogil:
+    """Round an arithmetic result to the policy's element type T."""
+    if rnd_t is RoundBF16:
+        return fc_round_bf16(<float>x)
+    elif rnd_t is RoundF16:
+        return fc_round_f16(<float>x)
+    else:
+        return x
+
+
+cdef inline real_t EXP(rnd_t tag, real_t x) noexcept nogil:
+    if rnd_t is RoundNone:
+        if real_t is float:
+            return fc_expf(x)
+        else:
+            return exp(x)
+    else:
+        return R(tag, <real_t>fc_exp_via_double(<float>x))
+
+
+cdef inline real_t TANH(rnd_t tag, real_t x) noexcept nogil:
+    if rnd_t is RoundNone:
+        if real_t is float:
+            return tanhf(x)
+        else:
+            return tanh(x)
+    else:
+        return R(tag, <real_t>fc_tanh_via_double(<float>x))

@@ -1,0 +1,64 @@
+"""Input rules the contract states in prose rather than in its YAML (hand-written, one place).
+
+- softcap: the score becomes tanh(s / c) * c, so c must be > 0.
+- k_len: "None => full Sk; a live prefix" -- so 0 <= k_len <= Sk.
+- paged: "physical block index bounds-checked against num_blocks" for every block a sequence
+  reads, and context_lens[b] may not exceed the table's capacity (max_blocks_per_seq * block_size).
+  These run with the GIL, before any compute, so the nogil core never reads out of bounds.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import InputError
+
+
+def _softcap(kernel: str, params: dict, where: str) -> None:
+    cap = params.get("softcap")
+    if cap is not None and not cap > 0:
+        raise InputError(kernel, "param 'softcap'", "op_params.fields.softcap (prose: tanh(s/c)*c needs c > 0)",
+                         f"received {cap!r}", where)
+
+
+def _k_len(kernel: str, arrays: dict, params: dict, where: str) -> None:
+    k_len = params.get("k_len")
+    if k_len is not None and k_len > arrays["k"].shape[2]:
+        raise InputError(kernel, "param 'k_len'", "op_params.fields.k_len (prose: live prefix, k_len <= Sk)",
+                         f"received {k_len} but Sk = {arrays['k'].shape[2]}", where)
+
+
+def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
+    table: np.ndarray = arrays["block_table"]
+    lens: np.ndarray = arrays["context_lens"]
+    num_blocks, block_size = arrays["k_cache"].shape[0], params["block_size"]
+    capacity = table.shape[1] * block_size
+    over = np.nonzero(lens.astype(np.int64) > capacity)[0]
+    if over.size:
+        b = int(over[0])
+        raise InputError(kernel, "input 'context_lens'",
+                         "prose: context_lens[b] <= max_blocks_per_seq * block_size",
+                         f"context_lens[{b}] = {int(lens[b])} but capacity = {table.shape[1]} * {block_size} = {capacity}", where)
+    if block_size == 0:
+        return
+    used = np.arange(table.shape[1])[None, :] < (-(-lens.astype(np.int64) // block_size))[:, None]
+    bad = np.argwhere(used & (table.astype(np.int64) >= num_blocks))
+    if bad.size:
+        b, slot = (int(v) for v in bad[0])
+        raise InputError(kernel, "input 'block_table'",
+                         "prose: physical block index bounds-checked against num_blocks",
+                         f"block_table[{b}, {slot}] = {int(table[b, slot])} but num_blocks = {num_blocks}", where)
+
+
+RULES: dict[str, list[Callable[..., None]]] = {
+    "attention_naive": [lambda k, a, p, w: _softcap(k, p, w), _k_len],
+    "attention_flash": [lambda k, a, p, w: _softcap(k, p, w), _k_len],
+    "attention_paged_naive": [lambda k, a, p, w: _softcap(k, p, w), _paged],
+    "attention_flash_backward": [lambda k, a, p, w: _softcap(k, p, w)],
+}
+
+
+def check(kernel: str, arrays: dict[str, Any], params: dict[str, Any], where: str) -> None:
+    for rule in RULES.get(kernel, []):
+        rule(kernel, arrays, params, where)

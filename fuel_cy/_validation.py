@@ -1,0 +1,175 @@
+"""Runtime helpers that the generated validators call (what to check is generated from the
+contract; how a numpy array is inspected lives here, once)."""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from .errors import InputError
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+_CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", BF16: "BF16",
+          np.dtype(np.float16): "F16", np.dtype(np.uint32): "U32"}
+NUMPY_DTYPES = {"F32": np.dtype(np.float32), "F64": np.dtype(np.float64), "BF16": BF16,
+                "F16": np.dtype(np.float16), "U32": np.dtype(np.uint32)}
+
+
+def dtype_code(dtype: Any) -> Optional[str]:
+    try:
+        return _CODES.get(np.dtype(dtype))
+    except TypeError:
+        return None
+
+
+def require_array(kernel: str, name: str, x: Any, where: str) -> None:
+    if isinstance(x, np.ndarray):
+        return
+    hint = ""
+    if type(x).__module__.startswith("torch"):
+        hint = " (pass tensor.numpy(); fuel_cy takes numpy arrays only, never copies silently)"
+    elif isinstance(x, (list, tuple)):
+        hint = " (wrap it with numpy.asarray(..., dtype=...); fuel_cy does not guess dtypes)"
+    raise InputError(kernel, f"input {name!r}", "accept.inputs", f"expected a numpy.ndarray, received {type(x).__name__}{hint}", where)
+
+
+def check_dtype(kernel: str, name: str, x: np.ndarray, allowed: Sequence[str], clause: str, where: str) -> str:
+    code = dtype_code(x.dtype)
+    if code not in allowed:
+        raise InputError(kernel, f"input {name!r}", f"{clause} {list(allowed)}", f"received dtype {x.dtype}", where)
+    return code  # type: ignore[return-value]
+
+
+def check_rank(kernel: str, name: str, x: np.ndarray, rank: int, clause: str, where: str) -> None:
+    if x.ndim != rank:
+        raise InputError(kernel, f"input {name!r}", f"{clause} {rank}", f"received rank {x.ndim} (shape {x.shape})", where)
+
+
+def _root(x: np.ndarray) -> Any:
+    base = x
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
+
+
+def has_start_offset(x: np.ndarray) -> bool:
+    root = _root(x)
+    if root is x or not isinstance(root, np.ndarray) or x.size == 0:
+        return False
+    return x.__array_interface__["data"][0] != root.__array_interface__["data"][0]
+
+
+LAYOUT_PREDICATES = {
+    "contiguous": lambda x: bool(x.flags.c_contiguous),
+    "strided": lambda x: not x.flags.c_contiguous,
+    "broadcast_stride0": lambda x: any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape)),
+    "reverse_strides": lambda x: any(s < 0 and n > 1 for s, n in zip(x.strides, x.shape)),
+    "start_offset": has_start_offset,
+}
+_LAYOUT_WORDS = {
+    "contiguous": ("is not C-contiguous", "is C-contiguous"),
+    "strided": ("is not strided", "is a strided (non-C-contiguous) view"),
+    "broadcast_stride0": ("has no zero stride", "has a zero (broadcast) stride on an extent > 1"),
+    "reverse_strides": ("has no negative stride", "has a negative stride"),
+    "start_offset": ("starts at its buffer's start", "is a view that starts past its buffer's start"),
+}
+
+
+def check_layout(kernel: str, name: str, x: np.ndarray, key: str, policy: str, clause: str, where: str) -> None:
+    if policy == "accepted":
+        return
+    holds = LAYOUT_PREDICATES[key](x)
+    if policy == "required" and not holds:
+        received = _LAYOUT_WORDS[key][0]
+    elif policy == "rejected" and holds:
+        received = _LAYOUT_WORDS[key][1]
+    else:
+        return
+    raise InputError(kernel, f"input {name!r}", f"{clause}.{key}: {policy}",
+                     f"array {received} (shape {x.shape}, strides {x.strides}); use numpy.ascontiguousarray", where)
+
+
+def bind_dim(kernel: str, dims: dict, symbol: str, name: str, axis: int, value: int, clause: str, where: str) -> None:
+    if symbol in dims:
+        bound, by = dims[symbol]
+        if bound != value:
+            raise InputError(kernel, f"input {name!r}", f"{clause}: dim {symbol} is shared",
+                             f"{name}.shape[{axis}] = {value} but {by} = {bound}", where)
+    else:
+        dims[symbol] = (value, f"{name}.shape[{axis}]")
+
+
+def same_element_type(kernel: str, pairs: Sequence[tuple[str, np.ndarray]], where: str) -> str:
+    first_name, first = pairs[0]
+    for name, arr in pairs[1:]:
+        if arr.dtype != first.dtype:
+            raise InputError(kernel, f"input {name!r}", "accept.inputs: all float inputs share one element type T",
+                             f"{name} is {arr.dtype} but {first_name} is {first.dtype}", where)
+    return dtype_code(first.dtype)  # type: ignore[return-value]
+
+
+def constraint_failed(kernel: str, owner: str, clause: str, values: Sequence[tuple[str, Any]], where: str) -> InputError:
+    shown = ", ".join(f"{label} = {value}" for label, value in values)
+    return InputError(kernel, owner, clause, f"not satisfied: {shown}", where)
+
+
+def divisible(a: int, b: int) -> bool:
+    return b != 0 and a % b == 0
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def param_f32(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[float]:
+    """An `f32` param: a finite real, rounded to float32 exactly as the contract's kind says."""
+    if value is None and optional:
+        return None
+    if not _is_real(value) or not math.isfinite(float(value)) or not math.isfinite(float(np.float32(value))):
+        raise InputError(kernel, f"param {name!r}", f"{clause} (kind f32: a finite real)", f"received {value!r}", where)
+    return float(np.float32(value))
+
+
+def param_f64(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[float]:
+    if value is None and optional:
+        return None
+    if not _is_real(value) or not math.isfinite(float(value)):
+        raise InputError(kernel, f"param {name!r}", f"{clause} (kind f64: a finite real)", f"received {value!r}", where)
+    return float(value)
+
+
+def param_bool(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[bool]:
+    if value is None and optional:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(kernel, f"param {name!r}", f"{clause} (kind bool)", f"received {value!r}", where)
+    return bool(value)
+
+
+def param_usize(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[int]:
+    if value is None and optional:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < 0:
+        raise InputError(kernel, f"param {name!r}", f"{clause} (kind usize: an integer >= 0)", f"received {value!r}", where)
+    return int(value)
+
+
+def default_scale(d: int) -> float:
+    """softmax_scale's documented default: 1/sqrt(D) rounded to f32 (1.0 when D == 0)."""
+    return float(np.float32(1.0 / math.sqrt(d))) if d > 0 else 1.0
+
+
+def work(x: Optional[np.ndarray], dtype: str) -> np.ndarray:
+    """A flat contiguous copy-or-view in the core's work type (bf16/f16 widen exactly to f32)."""
+    if x is None:
+        return np.zeros(1, dtype=dtype)
+    return np.ascontiguousarray(x, dtype=dtype).reshape(-1)
+
+
+def from_work(arr: np.ndarray, code: str) -> np.ndarray:
+    """Back to T; the core already rounded every value to T, so this cast is exact."""
+    target = NUMPY_DTYPES[code]
+    return arr if arr.dtype == target else arr.astype(target)

@@ -1,0 +1,132 @@
+"""contracts/ + templates/ -> fuel_cy/_generated/ (the only writer of generated files)."""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+
+from ..contract import load_contracts
+from ..contract.loader import FUSED_OPS_FILE, contract_files, parse_fused_ops
+from .cores import CORE_SOURCES
+from .files import FileManager
+from .view import docstring, kernel_view, sources_digest
+
+GENERATOR_VERSION = "1"
+TEMPLATES = ("_kernels.pyx.j2", "_kernels.pyi.j2", "_tables.py.j2")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a project checkout keeps each part of the pipeline."""
+
+    root: Path
+
+    @property
+    def contracts(self) -> Path:
+        return self.root / "contracts"
+
+    @property
+    def templates(self) -> Path:
+        return self.root / "templates"
+
+    @property
+    def core(self) -> Path:
+        return self.root / "fuel_cy" / "_core"
+
+    @property
+    def generated(self) -> Path:
+        return self.root / "fuel_cy" / "_generated"
+
+
+def find_root(start: Optional[Path] = None) -> Path:
+    """The checkout that holds contracts/, templates/ and fuel_cy/ (searching upwards)."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "contracts").is_dir() and (candidate / "templates" / "cython").is_dir() \
+                and (candidate / "fuel_cy" / "_core").is_dir():
+            return candidate
+    pkg_root = Path(__file__).resolve().parents[2]
+    if (pkg_root / "templates" / "cython").is_dir():
+        return pkg_root
+    raise FileNotFoundError("not inside a fuel_cy checkout (need contracts/, templates/cython/, fuel_cy/_core/)")
+
+
+def _py(value: Any) -> str:
+    return repr(value)
+
+
+def _pydoc(text: str) -> str:
+    body = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    return '"""' + body.replace("\n", "\n    ") + '\n    """'
+
+
+def environment(templates: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)), undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+    )
+    env.filters["py"] = _py
+    env.filters["pydoc"] = _pydoc
+    return env
+
+
+def header(comment: str, sources: list[tuple[str, str]], template: str) -> str:
+    lines = [f"{comment} GENERATED FILE -- DO NOT EDIT.",
+             f"{comment} Template: templates/cython/{template} (fuel_cy.codegen v{GENERATOR_VERSION})"]
+    for path, digest in sources:
+        lines.append(f"{comment} Contract: {path} sha256:{digest}")
+    lines.append(f"{comment} Edit the contract (or template) and run `fuel-cy generate` / `fuel-cy build`.")
+    return "\n".join(lines)
+
+
+def render(layout: Layout, out_dir: Optional[Path] = None) -> FileManager:
+    """Render everything in memory; raises ContractError before anything is written."""
+    docs = load_contracts(layout.contracts)
+    fused = parse_fused_ops((layout.contracts / FUSED_OPS_FILE).read_text(encoding="utf-8"),
+                            str(layout.contracts / FUSED_OPS_FILE))
+    digest = sources_digest(layout.core, CORE_SOURCES)
+    kernels = []
+    for doc in docs:
+        rel = Path(doc.path).resolve().relative_to(layout.root.resolve()).as_posix()
+        for kernel in doc.kernels:
+            view = kernel_view(doc, kernel, fused, digest, rel)
+            view["docstring"] = docstring(view)
+            kernels.append(view)
+    sources = [(Path(d.path).resolve().relative_to(layout.root.resolve()).as_posix(), d.text_hash) for d in docs]
+    env = environment(layout.templates / "cython")
+    context = {
+        "kernels": kernels, "generator_version": GENERATOR_VERSION,
+        "contract_hashes": [(Path(p).name, h) for p, h in sources],
+        "providers": [dict(vars(d.provider), contract=Path(d.path).name) for d in docs],
+        "fused_ops": list(fused.values()),
+    }
+    fm = FileManager(out_dir or layout.generated)
+    fm.add("__init__.py", header("#", sources, "(package marker)") + "\n")
+    for template in TEMPLATES:
+        text = env.get_template(template).render(header=header("#", sources, template), **context)
+        fm.add(template[:-3], text)
+    for path in contract_files(layout.contracts) + [layout.contracts / FUSED_OPS_FILE]:
+        fm.add(f"contracts/{path.name}", path.read_text(encoding="utf-8"))
+    return fm
+
+
+@dataclass(frozen=True)
+class Result:
+    changed: list[str]
+    extras: list[str]
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.changed or self.extras)
+
+
+def generate(root: Optional[Path] = None, out_dir: Optional[Path] = None, check: bool = False) -> Result:
+    layout = Layout(root or find_root())
+    fm = render(layout, out_dir)
+    if check:
+        return Result(fm.changes(), fm.stale_extras())
+    extras = fm.stale_extras()
+    return Result(fm.commit(), extras)

@@ -1,0 +1,260 @@
+"""Flatten the contract model into plain data for the templates (all decisions made here, so the
+templates hold nothing beyond loops and conditionals)."""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from ..contract import expr
+from ..contract.checks import cost_symbols
+from ..contract.model import ContractDoc, FusedOpInfo, InputSpec, Kernel
+from .cores import DRIVER_DIMS, INT_WORK, POLICIES
+
+# Layout checks run most specific first so the error names the clause that really failed.
+LAYOUT_ORDER = ("broadcast_stride0", "reverse_strides", "start_offset", "strided", "contiguous")
+PARAM_HELPERS = {"f32": "param_f32", "f64": "param_f64", "bool": "param_bool",
+                 "usize": "param_usize", "DynScalar": "param_usize"}
+
+
+def summary(description: str) -> str:
+    first = description.split("\n\n")[0].replace("\n", " ").strip()
+    m = re.match(r"(.+?\.)(\s|$)", first)
+    return (m.group(1) if m else first).strip()
+
+
+def revision_hash(doc: ContractDoc, kernel: Kernel, sources_digest: str) -> str:
+    if kernel.kernel_revision_hash != "auto":
+        return kernel.kernel_revision_hash
+    h = hashlib.sha256()
+    for part in (doc.provider.revision_base, kernel.block_text, sources_digest):
+        h.update(part.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def sources_digest(core_dir: Path, names: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for name in names:
+        h.update(name.encode())
+        h.update((core_dir / name).read_bytes())
+    return h.hexdigest()
+
+
+def _leaf_source(owner: str, params: set[str], kernel: Kernel):
+    symbols = kernel.symbols
+
+    def leaf(node: expr.Node) -> str:
+        if isinstance(node, expr.DimRef):
+            return f"{node.tensor or owner}.shape[{node.index}]"
+        if isinstance(node, expr.Sym):
+            inp, axis = symbols[node.name.lower()] if node.name.lower() in symbols else (None, None)
+            if inp is None:
+                raise ValueError(f"unknown symbol {node.name}")
+            return f"{inp}.shape[{axis}]"
+        if isinstance(node, expr.SelfRef):
+            return owner
+        raise ValueError(node)
+
+    return leaf
+
+
+def _leaves(c: expr.Constraint) -> list[expr.Node]:
+    out: list[expr.Node] = []
+    for node in expr.constraint_nodes(c):
+        for n in expr.walk(node):
+            if isinstance(n, (expr.DimRef, expr.Sym, expr.SelfRef)) and n not in out:
+                out.append(n)
+    return out
+
+
+def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_inputs: set[str]) -> dict[str, Any]:
+    leaf = _leaf_source(owner, set(), kernel)
+    if isinstance(c, expr.SameAs):
+        source = f"{owner}.shape == {c.other}.shape"
+        values = [(f"{owner}.shape", f"{owner}.shape"), (f"{c.other}.shape", f"{c.other}.shape")]
+        refs = {owner, c.other}
+    else:
+        if isinstance(c, expr.Divisible):
+            source = f"_v.divisible({expr.to_source(c.numerator, leaf)}, {expr.to_source(c.denominator, leaf)})"
+        else:
+            source = " == ".join(expr.to_source(t, leaf) for t in c.terms)
+        values = []
+        refs = {owner}
+        for n in _leaves(c):
+            src = leaf(n)
+            label = owner if isinstance(n, expr.SelfRef) else expr.node_str(n) if not isinstance(n, expr.DimRef) or n.tensor else f"{owner}.dim[{n.index}]"
+            values.append((label, src))
+            refs.add(src.split(".")[0])
+    return {"source": source, "values": values, "guard": sorted(r for r in refs if r in optional_inputs)}
+
+
+def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str]) -> dict[str, Any]:
+    layout = [(key, spec.layout_policy(key)) for key in LAYOUT_ORDER if key in dict(spec.layout)]
+    view: dict[str, Any] = {
+        "name": spec.name, "index": idx, "optional": spec.optional, "dtypes": list(spec.dtypes),
+        "rank": spec.rank, "dims": list(enumerate(spec.dims)), "layout": layout,
+        "is_float": spec.is_float, "line": spec.loc.line,
+        "int_ctype": INT_WORK[spec.dtypes[0]][0] if not spec.is_float and spec.dtypes[0] in INT_WORK else None,
+        "int_np": INT_WORK[spec.dtypes[0]][1] if not spec.is_float and spec.dtypes[0] in INT_WORK else None,
+        "constraint": None,
+    }
+    if spec.shape_constraint is not None:
+        check = constraint_check(spec.shape_constraint, spec.name, kernel, optional)
+        check["clause"] = f"accept.inputs[{idx}].shape_constraint {spec.shape_constraint_text!r}"
+        view["constraint"] = check
+    return view
+
+
+def _pytype(base_kind: str, nullable: bool) -> str:
+    base = {"f32": "float", "f64": "float", "bool": "bool"}.get(base_kind, "int")
+    return f"Optional[{base}]" if nullable else base
+
+
+def _param_default(kernel: Kernel, f) -> Optional[str]:
+    """Python source of a param's default; None means the caller must pass it."""
+    if f.optional or f.base_kind == "bool":
+        return "None" if f.optional else "False"
+    if f.name == "softmax_scale":
+        return "None"  # documented: 1/sqrt(D), rounded to f32
+    if isinstance(f.constraint, expr.Equal) and isinstance(f.constraint.terms[0], expr.SelfRef):
+        return "None"  # defaults to the first term of its equality constraint (e.g. the pool's block_size)
+    return None
+
+
+def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo], digest: str,
+                contract_rel: str) -> dict[str, Any]:
+    optional = {i.name for i in kernel.inputs if i.optional}
+    inputs = [_input_view(kernel, i, spec, optional) for i, spec in enumerate(kernel.inputs)]
+    params = []
+    for f in kernel.op_params.fields:
+        default = _param_default(kernel, f)
+        p: dict[str, Any] = {
+            "name": f.name, "kind": f.kind, "base_kind": f.base_kind, "optional": f.optional,
+            "helper": PARAM_HELPERS[f.base_kind], "default": default, "note": f.note,
+            "clause": f"op_params.fields.{f.name}", "constraint": None, "default_source": None,
+            "pytype": _pytype(f.base_kind, default == "None"),
+        }
+        if f.name == "softmax_scale" and not f.optional:
+            first = kernel.inputs[0]
+            p["default_source"] = f"_v.default_scale({first.name}.shape[{first.rank - 1}])"
+        elif default == "None" and not f.optional and f.constraint is not None:
+            first = f.constraint.terms[1]  # type: ignore[union-attr]
+            p["default_source"] = expr.to_source(first, _leaf_source(f.name, set(), kernel))
+        if f.constraint is not None:
+            check = constraint_check(f.constraint, f.name, kernel, optional)
+            check["clause"] = f"op_params.fields.{f.name}.constraint {f.constraint_text!r}"
+            p["constraint"] = check
+        params.append(p)
+
+    sig_inputs = [i.name + ("=None" if i.optional else "") for i in kernel.inputs]
+    sig_params = [p["name"] + ("" if p["default"] is None else "=" + p["default"]) for p in params]
+    signature = ", ".join(sig_inputs + (["*"] + sig_params if sig_params else []))
+
+    syms = sorted(cost_symbols(kernel))
+    symbol_sources = []
+    for s in syms:
+        if s in kernel.symbols:
+            inp, axis = kernel.symbols[s]
+            symbol_sources.append((s, f"shapes[{inp!r}][{axis}]"))
+        elif s == "dtype_bytes":
+            symbol_sources.append((s, "dtype_bytes"))
+        else:
+            symbol_sources.append((s, f"params.get({s!r})"))
+
+    def cost_src(formula: expr.Formula) -> str:
+        def leaf(node: expr.Node) -> str:
+            if isinstance(node, expr.Sym):
+                return f"_s_{node.name}"
+            if isinstance(node, expr.DimRef):
+                return f"shapes[{node.tensor!r}][{node.index}]"
+            raise ValueError(node)
+        return expr.to_source(formula.ast, leaf)
+
+    info = fused.get(kernel.fused_op)
+    has_driver = kernel.name in DRIVER_DIMS and all(
+        any(sym in spec.dims for spec in kernel.inputs) for sym in DRIVER_DIMS.get(kernel.name, ()))
+    dim_source = {}
+    for spec in kernel.inputs:
+        for axis, sym in enumerate(spec.dims):
+            if not spec.optional:
+                dim_source.setdefault(sym, f"{spec.name}.shape[{axis}]")
+    outputs = [{"name": o.name, "shape_src": o.shape_source, "dtype_src": o.dtype_source}
+               for o in kernel.returns.items]
+    return {
+        "name": kernel.name, "blurb": kernel.blurb, "title": kernel.title,
+        "summary": summary(kernel.description), "description": kernel.description,
+        "contract": contract_rel, "contract_hash": doc.text_hash, "line": kernel.loc.line,
+        "revision_hash": revision_hash(doc, kernel, digest),
+        "fused_op": kernel.fused_op, "fused_op_id": kernel.fused_op_id if kernel.fused_op_id is not None else (info.id if info else None),
+        "backend": kernel.backend, "kernel_source": kernel.kernel_source, "entry_point": kernel.entry_point,
+        "inputs": inputs, "params": params, "signature": signature,
+        "float_inputs": [i["name"] for i in inputs if i["is_float"]],
+        "outputs": outputs, "bundle": kernel.returns.kind == "bundle",
+        "dtypes": [{"code": d, "tag": POLICIES[d][0], "ctype": POLICIES[d][1], "npwork": POLICIES[d][2]}
+                   for d in kernel.float_dtypes if d in POLICIES],
+        "driver": has_driver,
+        "driver_dims": [dim_source[s] for s in DRIVER_DIMS.get(kernel.name, ()) if s in dim_source] if has_driver else [],
+        "symbol_sources": symbol_sources,
+        "cost": {
+            "flops": cost_src(kernel.cost.flops), "bytes_moved": cost_src(kernel.cost.bytes_moved),
+            "host_bytes": cost_src(kernel.cost.memory.host_bytes),
+            "device_bytes": cost_src(kernel.cost.memory.device_bytes),
+            "disk_bytes": cost_src(kernel.cost.memory.disk_bytes),
+        },
+        "cost_text": {
+            "flops": str(kernel.cost.flops), "bytes_moved": str(kernel.cost.bytes_moved),
+            "host_bytes": str(kernel.cost.memory.host_bytes),
+            "device_bytes": str(kernel.cost.memory.device_bytes),
+            "disk_bytes": str(kernel.cost.memory.disk_bytes),
+        },
+        "overhead_ns": kernel.cost.overhead_ns, "provenance": kernel.cost.provenance,
+        "exec_arm": info.exec_arm if info else None,
+        "exec_dtypes": list(info.exec_dtypes) if info else [],
+        "precision": {
+            "bit_stable_on_same_hardware": kernel.precision.bit_stable_on_same_hardware,
+            "max_ulp": kernel.precision.max_ulp, "max_relative": kernel.precision.max_relative,
+            "max_absolute": kernel.precision.max_absolute, "audited": kernel.precision.audited,
+            "notes": kernel.precision.notes,
+        },
+        "determinism": kernel.determinism,
+        "awkward_layout_strategy": kernel.caps.awkward_layout_strategy,
+        "dims": {spec.name: list(spec.dims) for spec in kernel.inputs},
+    }
+
+
+def docstring(view: dict[str, Any]) -> str:
+    """NumPy-style docstring for a dispatch stub, built from the contract."""
+    lines = [view["blurb"], "", view["summary"], "", "Parameters", "----------"]
+    for i in view["inputs"]:
+        dims = ", ".join(sym for _, sym in i["dims"])
+        opt = ", optional" if i["optional"] else ""
+        lines.append(f"{i['name']} : numpy.ndarray [{dims}], {' | '.join(i['dtypes'])}{opt}")
+        rules = ", ".join(f"{k} {p}" for k, p in i["layout"] if p != "accepted")
+        if rules:
+            lines.append(f"    Layout: {rules}.")
+        if i["constraint"]:
+            lines.append(f"    Constraint: {i['constraint']['clause'].split(' ', 1)[1]}.")
+    for p in view["params"]:
+        default = "required" if p["default"] is None else f"default {p['default']}"
+        lines.append(f"{p['name']} : {p['kind']}, keyword-only, {default}")
+        if p["name"] == "softmax_scale":
+            lines.append("    None means 1/sqrt(D); the value is rounded to float32 (contract kind f32).")
+        elif p["default_source"]:
+            lines.append(f"    None means {p['default_source']}.")
+        if p["note"]:
+            lines.append(f"    {p['note']}")
+    lines += ["", "Returns", "-------"]
+    if view["bundle"]:
+        lines.append("tuple of numpy.ndarray")
+        for o in view["outputs"]:
+            lines.append(f"    {o['name']}: shape of {o['shape_src']}, dtype of {o['dtype_src']} (fresh, contiguous)")
+    else:
+        o = view["outputs"][0]
+        lines.append("numpy.ndarray")
+        lines.append(f"    {o['name']}: shape of {o['shape_src']}, dtype of {o['dtype_src']} (fresh, contiguous)")
+    lines += ["", "Raises", "------", "fuel_cy.InputError",
+              "    Any input or param outside the contract (the message names the clause).",
+              "", f"Contract: {view['contract']}:{view['line']} (revision {view['revision_hash']})."]
+    return "\n".join(lines)

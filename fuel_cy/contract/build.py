@@ -1,0 +1,398 @@
+"""Turn loaded YAML (with lines) into the frozen model, torchgen-style.
+
+Every reader pops the keys it knows and reports leftovers; every problem is collected with its
+file, line and key path so ``fuel-cy validate`` can print all of them at once.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional
+
+from . import expr
+from .errors import Collector
+from .model import (
+    Caps, Cost, Fdx, FastPath, Gather, InputSpec, Kernel, Location, Memory, OpParams, Output,
+    ParamField, Precision, Returns,
+)
+from .recover import is_indented, reindent, split_comment
+from .schema import BLOCK, DTYPES, LAYOUT_KEYS, LAYOUT_POLICIES, PARAM_KINDS
+from .yamlload import LDict, LList, YamlProblem, load
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+RUST_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*\Z")
+RULE = re.compile(r"(passthrough|same_as|from_params)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\Z")
+_DIMS_COMMENT = re.compile(r"\[([^\]]*)\]")
+_FUSED_ID_COMMENT = re.compile(r"FusedOpId\((\d+)\)")
+_OPTION = re.compile(r"Option<\s*([A-Za-z0-9_]+)\s*>\Z")
+MISSING = object()
+
+
+class Reader:
+    """A view of one YAML mapping that pops known keys and reports leftovers."""
+
+    def __init__(self, data: Any, keypath: str, ctx: "BlockContext", line: int):
+        self.ctx = ctx
+        self.keypath = keypath
+        self.line = getattr(data, "line", line) + ctx.offset if isinstance(data, LDict) else line
+        self.ok = isinstance(data, dict)
+        if not self.ok:
+            ctx.add(line, keypath, f"expected a mapping, found {_show(data)}")
+            data = {}
+        self.data: dict = dict(data)
+        self.lines: dict = getattr(data, "key_lines", {})
+
+    def line_of(self, key: str) -> int:
+        return self.lines[key] + self.ctx.offset if key in self.lines else self.line
+
+    def path(self, key: str) -> str:
+        return f"{self.keypath}.{key}" if self.keypath else key
+
+    def error(self, key: str, message: str) -> None:
+        self.ctx.add(self.line_of(key), self.path(key), message)
+
+    def take(self, key: str, check: Callable[[Any], bool], expected: str, default: Any = MISSING) -> Any:
+        line = self.line_of(key)
+        if key not in self.data:
+            if default is MISSING:
+                self.ctx.add(self.line, self.path(key), f"missing required key {key!r}")
+                return None
+            self.data.pop(key, None)
+            return default
+        value = self.data.pop(key)
+        if not check(value):
+            self.ctx.add(line, self.path(key), f"expected {expected}, found {_show(value)}")
+            return None if default is MISSING else default
+        return value
+
+    def string(self, key: str, default: Any = MISSING) -> Any:
+        return self.take(key, lambda v: isinstance(v, str) and v != "", "a non-empty string", default)
+
+    def ident(self, key: str, default: Any = MISSING) -> Any:
+        return self.take(key, lambda v: isinstance(v, str) and bool(IDENT.match(v)),
+                         "an identifier matching [A-Za-z_][A-Za-z0-9_]*", default)
+
+    def boolean(self, key: str, default: Any = MISSING) -> Any:
+        return self.take(key, lambda v: isinstance(v, bool), "true or false", default)
+
+    def integer(self, key: str, default: Any = MISSING) -> Any:
+        return self.take(key, lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                         "a non-negative integer", default)
+
+    def number_or_null(self, key: str) -> Any:
+        return self.take(key, lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
+                         "a number or ~", None)
+
+    def sub(self, key: str, default: Any = MISSING) -> Optional["Reader"]:
+        if key not in self.data:
+            if default is MISSING:
+                self.ctx.add(self.line, self.path(key), f"missing required key {key!r}")
+            return None
+        return Reader(self.data.pop(key), self.path(key), self.ctx, self.line_of(key))
+
+    def items(self, key: str, required: bool = True) -> list["Reader"]:
+        if key not in self.data:
+            if required:
+                self.ctx.add(self.line, self.path(key), f"missing required key {key!r}")
+            return []
+        value = self.data.pop(key)
+        line = self.line_of(key)
+        if not isinstance(value, list):
+            self.ctx.add(line, self.path(key), f"expected a list, found {_show(value)}")
+            return []
+        lines = getattr(value, "item_lines", [line - self.ctx.offset] * len(value))
+        return [Reader(v, f"{self.path(key)}[{i}]", self.ctx, lines[i] + self.ctx.offset)
+                for i, v in enumerate(value)]
+
+    def finish(self) -> None:
+        for key in self.data:
+            self.ctx.add(self.line_of(key), self.path(key), f"unknown key {key!r} (leftover entry)")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+class BlockContext:
+    def __init__(self, path: str, offset: int, problems: Collector, comments: dict[int, str]):
+        self.path = path
+        self.offset = offset  # absolute line = yaml line + offset
+        self.problems = problems
+        self.comments = comments  # absolute line -> comment text
+
+    def add(self, line: int, keypath: str, message: str) -> None:
+        self.problems.add(self.path, line, keypath, message)
+
+
+def canonical_lines(lines: list[str]) -> list[str]:
+    """The canonical (indented) spelling of an fkc block, comments kept."""
+    flat = [line.strip() for line in lines]
+    return reindent(flat, BLOCK)
+
+
+def load_block(lines: list[str], first_line: int, path: str, problems: Collector) -> tuple[Any, dict[int, str], str]:
+    """Load an fkc block (flattened or indented). Returns (data, comments, canonical text)."""
+    comments = {first_line + i: split_comment(raw.strip())[1] for i, raw in enumerate(lines)}
+    try:
+        canon = canonical_lines(list(lines))
+        text = "\n".join(lines) if is_indented(list(lines)) else "\n".join(canon)
+        data = load(text)
+    except YamlProblem as exc:
+        problems.add(path, first_line + exc.line - 1, "", exc.message)
+        return None, comments, ""
+    return data, comments, "\n".join(canon)
+
+
+def build_kernel(data: Any, ctx: BlockContext, title: str, description: str, canon: str) -> Optional[Kernel]:
+    top = Reader(data, "", ctx, ctx.offset + 1)
+    if not top.ok:
+        return None
+    name = top.ident("kernel") or "<unnamed>"
+    top.keypath = name
+    fused_op = top.ident("fused_op") or ""
+    fused_id = top.integer("fused_op_id", None)
+    if fused_id is None:
+        m = _FUSED_ID_COMMENT.search(ctx.comments.get(top.line_of("fused_op"), ""))
+        fused_id = int(m.group(1)) if m else None
+    blurb = top.string("blurb") or ""
+    backend = top.ident("backend") or ""
+    kernel_source = top.string("kernel_source") or ""
+    entry_point = top.take("entry_point", lambda v: isinstance(v, str) and bool(RUST_PATH.match(v)),
+                           "a path like crate::module::function") or ""
+    revision = top.take("kernel_revision_hash", lambda v: isinstance(v, str) and bool(re.fullmatch(r"auto|[0-9a-zA-Z:_\-]+", v)),
+                        "'auto' or a hash string") or "auto"
+
+    inputs = _inputs(top, ctx)
+    op_params = _op_params(top, ctx)
+    returns = _returns(top)
+    caps = _caps(top)
+    cost = _cost(top)
+    precision = _precision(top)
+    determinism = top.ident("determinism") or ""
+    top.finish()
+    return Kernel(
+        name=name, title=title, description=description, fused_op=fused_op, fused_op_id=fused_id,
+        blurb=blurb, backend=backend, kernel_source=kernel_source, entry_point=entry_point,
+        kernel_revision_hash=revision, inputs=inputs, op_params=op_params, returns=returns,
+        caps=caps, cost=cost, precision=precision, determinism=determinism, block_text=canon,
+        loc=Location(ctx.path, top.line),
+    )
+
+
+def _parse_constraint(r: Reader, key: str) -> tuple[Optional[expr.Constraint], Optional[str]]:
+    text = r.string(key, None)
+    if text is None:
+        return None, None
+    try:
+        return expr.parse_constraint(text), text
+    except expr.ExprError as exc:
+        r.error(key, f"invalid constraint: {exc}")
+        return None, text
+
+
+def _inputs(top: Reader, ctx: BlockContext) -> tuple[InputSpec, ...]:
+    accept = top.sub("accept")
+    if accept is None:
+        return ()
+    specs: list[InputSpec] = []
+    for r in accept.items("inputs"):
+        name = r.ident("name") or "<unnamed>"
+        r.keypath = f"{r.keypath}"
+        dtypes = r.take("dtypes", lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list of dtypes") or []
+        for d in dtypes:
+            if d not in DTYPES:
+                r.error("dtypes", f"dtype {d!r} is not in the vocabulary {sorted(DTYPES)}")
+        layout = _layout(r)
+        rank = r.integer("rank") or 0
+        rank_line = r.line_of("rank")
+        explicit = r.take("dims", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                          "a list of dim names", None)
+        constraint, ctext = _parse_constraint(r, "shape_constraint")
+        optional = r.boolean("optional", False)
+        fdx = _fdx(r.sub("fdx", None))
+        r.finish()
+        dims = _dims(r, explicit, ctx.comments.get(rank_line, ""), rank, rank_line, constraint, specs)
+        specs.append(InputSpec(
+            name=name, dtypes=tuple(dtypes), layout=layout, rank=rank, dims=dims,
+            shape_constraint=constraint, shape_constraint_text=ctext, optional=bool(optional),
+            fdx=fdx, loc=Location(ctx.path, r.line),
+        ))
+    accept.finish()
+    return tuple(specs)
+
+
+def _layout(r: Reader) -> tuple[tuple[str, str], ...]:
+    sub = r.sub("layout", None)
+    if sub is None:
+        return ()
+    out = []
+    for key in list(sub.data):
+        if key not in LAYOUT_KEYS:
+            continue
+        value = sub.take(key, lambda v: v in LAYOUT_POLICIES, f"one of {LAYOUT_POLICIES}")
+        if value:
+            out.append((key, value))
+    sub.finish()
+    return tuple(out)
+
+
+def _dims(r: Reader, explicit: Any, comment: str, rank: int, rank_line: int,
+          constraint: Optional[expr.Constraint], earlier: list[InputSpec]) -> tuple[str, ...]:
+    dims: Optional[list[str]] = None
+    if explicit is not None:
+        dims = list(explicit)
+    else:
+        m = _DIMS_COMMENT.search(comment)
+        if m:
+            dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
+        elif isinstance(constraint, expr.SameAs):
+            other = next((s for s in earlier if s.name == constraint.other), None)
+            if other is not None:
+                dims = list(other.dims)
+    if dims is None:
+        name = r.data.get("name", "x")
+        return tuple(f"{name}_dim{i}" for i in range(rank))
+    for d in dims:
+        if not IDENT.match(d):
+            r.ctx.add(rank_line, r.path("dims"), f"dim name {d!r} is not an identifier")
+    if len(dims) != rank:
+        r.ctx.add(rank_line, r.path("dims"), f"{len(dims)} dim names {dims} for rank {rank}")
+    return tuple(dims)
+
+
+def _fdx(r: Optional[Reader]) -> Optional[Fdx]:
+    if r is None:
+        return None
+    gather = None
+    g = r.sub("gather", None)
+    if g is not None:
+        gather = Gather(g.ident("kind") or "", g.ident("block_table") or "", g.ident("context_lens") or "")
+        g.finish()
+    fdx = Fdx(
+        requires_ext=r.boolean("requires_ext", None),
+        symbolic_extent=r.ident("symbolic_extent", None),
+        extent_kind=r.ident("extent_kind", None),
+        gather=gather,
+    )
+    r.finish()
+    return fdx
+
+
+def _op_params(top: Reader, ctx: BlockContext) -> OpParams:
+    r = top.sub("op_params")
+    if r is None:
+        return OpParams("", ())
+    variant = r.ident("variant") or ""
+    fields: list[ParamField] = []
+    fr = r.sub("fields")
+    if fr is not None:
+        for key in list(fr.data):
+            line = fr.line_of(key)
+            if not IDENT.match(str(key)):
+                fr.error(key, f"param name {key!r} is not an identifier")
+                fr.data.pop(key)
+                continue
+            f = fr.sub(key)
+            assert f is not None
+            kind = f.string("kind") or "f32"
+            m = _OPTION.match(kind)
+            base = m.group(1) if m else kind
+            if base not in PARAM_KINDS:
+                f.error("kind", f"param kind {kind!r} is not one of {PARAM_KINDS} (optionally Option<...>)")
+            note = f.string("note", None)
+            constraint, ctext = _parse_constraint(f, "constraint")
+            f.take("default", lambda v: True, "", None)
+            f.finish()
+            fields.append(ParamField(key, kind, base, m is not None, note, constraint, ctext,
+                                     Location(ctx.path, line)))
+        fr.finish()
+    r.finish()
+    return OpParams(variant, tuple(fields))
+
+
+def _returns(top: Reader) -> Returns:
+    r = top.sub("return")
+    if r is None:
+        return Returns("outputs", ())
+    kinds = [k for k in ("outputs", "bundle") if k in r.data]
+    if len(kinds) != 1:
+        r.ctx.add(r.line, r.keypath, "return needs exactly one of 'outputs' or 'bundle'")
+    kind = kinds[0] if kinds else "outputs"
+    items = []
+    for o in r.items(kind, required=bool(kinds)):
+        name = o.ident("name") or "<unnamed>"
+        rules = []
+        for key in ("dtype_rule", "shape_rule"):
+            rule = o.string(key) or "passthrough(x)"
+            if not RULE.match(rule):
+                o.error(key, f"expected passthrough(input), same_as(input) or from_params(input), found {rule!r}")
+                rule = "passthrough(x)"
+            rules.append(rule)
+        lg = o.ident("layout_guarantee") or "contiguous"
+        aliasing = o.ident("aliasing", None)
+        o.finish()
+        items.append(Output(name, rules[0], rules[1], lg, aliasing, Location(o.ctx.path, o.line)))
+    r.finish()
+    return Returns(kind, tuple(items))
+
+
+def _caps(top: Reader) -> Caps:
+    r = top.sub("caps")
+    if r is None:
+        return Caps("", (), False, None, None)
+    strategy = r.ident("awkward_layout_strategy") or ""
+    fast = []
+    for f in r.items("fast_paths", required=False):
+        fast.append(FastPath(f.string("when") or "", f.string("note", None)))
+        f.finish()
+    caps = Caps(strategy, tuple(fast), bool(r.boolean("in_place", False)),
+                r.integer("alignment_bytes", None), r.integer("access_granularity_bits", None))
+    r.finish()
+    return caps
+
+
+def _formula(r: Reader, key: str) -> expr.Formula:
+    value = r.take(key, lambda v: isinstance(v, (str, int)) and not isinstance(v, bool),
+                   "a formula string or an integer")
+    if value is None:
+        return expr.Formula(expr.Num(0, "0"))
+    try:
+        return expr.Formula.parse(value)
+    except expr.ExprError as exc:
+        r.error(key, f"invalid formula: {exc}")
+        return expr.Formula(expr.Num(0, "0"))
+
+
+def _cost(top: Reader) -> Cost:
+    r = top.sub("cost")
+    zero = expr.Formula(expr.Num(0, "0"))
+    if r is None:
+        return Cost("", "", zero, zero, None, Memory(zero, zero, zero))
+    provenance = r.ident("provenance") or ""
+    cls = r.ident("class") or ""
+    flops = _formula(r, "flops")
+    bytes_moved = _formula(r, "bytes_moved")
+    overhead = r.number_or_null("overhead_ns")
+    m = r.sub("memory")
+    memory = Memory(zero, zero, zero)
+    if m is not None:
+        memory = Memory(_formula(m, "device_bytes"), _formula(m, "host_bytes"), _formula(m, "disk_bytes"))
+        m.finish()
+    r.finish()
+    return Cost(provenance, cls, flops, bytes_moved, overhead, memory)
+
+
+def _precision(top: Reader) -> Precision:
+    r = top.sub("precision")
+    if r is None:
+        return Precision(False, None, None, None, False, None)
+    p = Precision(
+        bit_stable_on_same_hardware=bool(r.boolean("bit_stable_on_same_hardware")),
+        max_ulp=r.number_or_null("max_ulp"),
+        max_relative=r.number_or_null("max_relative"),
+        max_absolute=r.number_or_null("max_absolute"),
+        audited=bool(r.boolean("audited")),
+        notes=r.string("notes", None),
+    )
+    r.finish()
+    return p

@@ -1,0 +1,225 @@
+"""The frozen contract model. Locations ride along but never take part in equality."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from .expr import Constraint, Formula
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _loc() -> Location:
+    return field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Gather:
+    kind: str
+    block_table: str
+    context_lens: str
+
+
+@dataclass(frozen=True)
+class Fdx:
+    requires_ext: Optional[bool] = None
+    symbolic_extent: Optional[str] = None
+    extent_kind: Optional[str] = None
+    gather: Optional[Gather] = None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtypes: tuple[str, ...]
+    layout: tuple[tuple[str, str], ...]  # ordered (layout key, required|rejected|accepted)
+    rank: int
+    dims: tuple[str, ...]
+    shape_constraint: Optional[Constraint]
+    shape_constraint_text: Optional[str]
+    optional: bool
+    fdx: Optional[Fdx]
+    loc: Location = _loc()
+
+    def layout_policy(self, key: str) -> str:
+        return dict(self.layout).get(key, "accepted")
+
+    @property
+    def is_float(self) -> bool:
+        return all(d in ("F32", "F64", "BF16", "F16") for d in self.dtypes)
+
+
+@dataclass(frozen=True)
+class ParamField:
+    name: str
+    kind: str  # as written, e.g. "f32", "Option<usize>"
+    base_kind: str  # without Option<>
+    optional: bool
+    note: Optional[str]
+    constraint: Optional[Constraint]
+    constraint_text: Optional[str]
+    loc: Location = _loc()
+
+
+@dataclass(frozen=True)
+class OpParams:
+    variant: str
+    fields: tuple[ParamField, ...]
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    dtype_rule: str
+    shape_rule: str
+    layout_guarantee: str
+    aliasing: Optional[str]
+    loc: Location = _loc()
+
+    @property
+    def dtype_source(self) -> str:
+        return _rule_arg(self.dtype_rule)
+
+    @property
+    def shape_source(self) -> str:
+        return _rule_arg(self.shape_rule)
+
+
+def _rule_arg(rule: str) -> str:
+    return rule[rule.index("(") + 1: rule.rindex(")")].strip()
+
+
+@dataclass(frozen=True)
+class Returns:
+    kind: str  # "outputs" or "bundle"
+    items: tuple[Output, ...]
+
+
+@dataclass(frozen=True)
+class FastPath:
+    when: str
+    note: Optional[str]
+
+
+@dataclass(frozen=True)
+class Caps:
+    awkward_layout_strategy: str
+    fast_paths: tuple[FastPath, ...]
+    in_place: bool
+    alignment_bytes: Optional[int]
+    access_granularity_bits: Optional[int]
+
+
+@dataclass(frozen=True)
+class Memory:
+    device_bytes: Formula
+    host_bytes: Formula
+    disk_bytes: Formula
+
+
+@dataclass(frozen=True)
+class Cost:
+    provenance: str
+    cost_class: str
+    flops: Formula
+    bytes_moved: Formula
+    overhead_ns: Optional[float]
+    memory: Memory
+
+
+@dataclass(frozen=True)
+class Precision:
+    bit_stable_on_same_hardware: bool
+    max_ulp: Optional[float]
+    max_relative: Optional[float]
+    max_absolute: Optional[float]
+    audited: bool
+    notes: Optional[str]
+
+
+@dataclass(frozen=True)
+class FusedOpInfo:
+    """What the small fused-op table states about an op (ids and exec wiring from prose)."""
+
+    name: str
+    id: int
+    exec_arm: Optional[str]
+    exec_dtypes: tuple[str, ...]
+    bundle_output: Optional[str]
+    bundle_of: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    title: str
+    description: str
+    fused_op: str
+    fused_op_id: Optional[int]
+    blurb: str
+    backend: str
+    kernel_source: str
+    entry_point: str
+    kernel_revision_hash: str  # "auto" or an explicit value
+    inputs: tuple[InputSpec, ...]
+    op_params: OpParams
+    returns: Returns
+    caps: Caps
+    cost: Cost
+    precision: Precision
+    determinism: str
+    block_text: str = field(compare=False, repr=False, default="")
+    loc: Location = _loc()
+
+    def input(self, name: str) -> InputSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    @property
+    def float_dtypes(self) -> tuple[str, ...]:
+        """The element types T the kernel accepts (the first float input decides)."""
+        return next(i.dtypes for i in self.inputs if i.is_float)
+
+    @property
+    def symbols(self) -> dict[str, tuple[str, int]]:
+        """Lower-case dim symbol -> (input name, axis) of its first occurrence."""
+        out: dict[str, tuple[str, int]] = {}
+        for spec in self.inputs:
+            for axis, dim in enumerate(spec.dims):
+                out.setdefault(dim.lower(), (spec.name, axis))
+        return out
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    backend: str
+    kernel_source: str
+    link_registry: str
+    revision_base: str
+
+
+@dataclass(frozen=True)
+class ContractDoc:
+    path: str
+    fkc_version: int
+    provider: Provider
+    title: str
+    intro: str
+    kernels: tuple[Kernel, ...]
+    text_hash: str = field(compare=False, default="")
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)

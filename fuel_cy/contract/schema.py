@@ -1,0 +1,89 @@
+"""The FKC block schema: which keys live where.
+
+One table drives three things: recovering the nesting of flattened (column-0) YAML, the
+canonical formatter's indentation, and the model builder's "unknown key" errors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Union
+
+
+@dataclass(frozen=True)
+class MapNode:
+    """A mapping with a fixed key set; a key maps to its child node or None for a leaf."""
+
+    keys: Mapping[str, Optional["SchemaNode"]]
+
+
+@dataclass(frozen=True)
+class ListNode:
+    """A block list whose items are mappings."""
+
+    item: MapNode
+
+
+@dataclass(frozen=True)
+class FreeMapNode:
+    """A mapping with user-chosen keys (identifiers) whose values share one schema."""
+
+    value: MapNode
+
+
+SchemaNode = Union[MapNode, ListNode, FreeMapNode]
+
+LAYOUT_KEYS = ("contiguous", "strided", "broadcast_stride0", "start_offset", "reverse_strides")
+LAYOUT = MapNode({k: None for k in LAYOUT_KEYS})
+GATHER = MapNode({"kind": None, "block_table": None, "context_lens": None})
+FDX = MapNode({"requires_ext": None, "symbolic_extent": None, "extent_kind": None, "gather": GATHER})
+INPUT = MapNode({
+    "name": None, "dtypes": None, "layout": LAYOUT, "rank": None, "dims": None,
+    "shape_constraint": None, "optional": None, "fdx": FDX,
+})
+FIELD = MapNode({"kind": None, "note": None, "constraint": None, "default": None})
+OUTPUT = MapNode({
+    "name": None, "dtype_rule": None, "shape_rule": None, "layout_guarantee": None, "aliasing": None,
+})
+FAST_PATH = MapNode({"when": None, "note": None})
+MEMORY = MapNode({"device_bytes": None, "host_bytes": None, "disk_bytes": None})
+
+BLOCK = MapNode({
+    "kernel": None,
+    "fused_op": None,
+    "fused_op_id": None,
+    "blurb": None,
+    "backend": None,
+    "kernel_source": None,
+    "entry_point": None,
+    "kernel_revision_hash": None,
+    "accept": MapNode({"inputs": ListNode(INPUT)}),
+    "op_params": MapNode({"variant": None, "fields": FreeMapNode(FIELD)}),
+    "return": MapNode({"outputs": ListNode(OUTPUT), "bundle": ListNode(OUTPUT)}),
+    "caps": MapNode({
+        "awkward_layout_strategy": None, "fast_paths": ListNode(FAST_PATH), "in_place": None,
+        "alignment_bytes": None, "access_granularity_bits": None,
+    }),
+    "cost": MapNode({
+        "provenance": None, "class": None, "flops": None, "bytes_moved": None,
+        "overhead_ns": None, "memory": MEMORY,
+    }),
+    "precision": MapNode({
+        "bit_stable_on_same_hardware": None, "max_ulp": None, "max_relative": None,
+        "max_absolute": None, "audited": None, "notes": None,
+    }),
+    "determinism": None,
+})
+
+PROVIDER = MapNode({
+    "name": None, "backend": None, "kernel_source": None, "link_registry": None, "revision_base": None,
+})
+FRONT_MATTER = MapNode({"fkc_version": None, "provider": PROVIDER})
+
+# Contract dtype vocabulary -> numpy dtype names (bf16 comes from ml_dtypes).
+DTYPES: Mapping[str, str] = {
+    "F32": "float32", "F64": "float64", "BF16": "bfloat16", "F16": "float16", "U32": "uint32",
+}
+FLOAT_DTYPES = ("F32", "F64", "BF16", "F16")
+DTYPE_BYTES: Mapping[str, int] = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "U32": 4}
+LAYOUT_POLICIES = ("required", "rejected", "accepted")
+PARAM_KINDS = ("f32", "f64", "bool", "usize", "DynScalar")

@@ -1,0 +1,27 @@
+"""Exceptions of the public API."""
+from __future__ import annotations
+
+from .contract.errors import ContractError
+
+__all__ = ["InputError", "ContractError", "StaleBuildWarning"]
+
+
+class InputError(ValueError):
+    """A call violates its kernel's contract.
+
+    The message names the kernel, the input (or param), the contract clause, what was received,
+    and where the clause is written; the same facts are attributes for programs.
+    """
+
+    def __init__(self, kernel: str, input: str, clause: str, received: str, where: str = ""):
+        self.kernel = kernel
+        self.input = input
+        self.clause = clause
+        self.received = received
+        self.where = where
+        text = f"{kernel}: {input}: {clause}: {received}"
+        super().__init__(text + (f" ({where})" if where else ""))
+
+
+class StaleBuildWarning(UserWarning):
+    """The compiled extension was generated from a different version of a contract."""
