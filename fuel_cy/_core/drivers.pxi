@@ -119,3 +119,29 @@ cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1]
         pack_heads(&v[0], sh.B * sh.Hkv, sh.Sk, sh.D, &vtp[0], nt)
         backward_core(tag, &q[0], &k[0], &ktp[0], &vtp[0], &dout[0], sp, &dq[0], &dk[0], &dv[0],
                       &sh, &o, &scratch[0], per_thread, nt)
+
+
+def _core_round(float[::1] x, str code):
+    """Testing hook: the core's round-to-nearest-even of f32 values to BF16 or F16 (as f32)."""
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef Py_ssize_t i
+    if code == "BF16":
+        for i in range(x.shape[0]):
+            o[i] = fc_round_bf16(x[i])
+    elif code == "F16":
+        for i in range(x.shape[0]):
+            o[i] = fc_round_f16(x[i])
+    else:
+        raise ValueError(code)
+    return out
+
+
+def _core_expf(float[::1] x):
+    """Testing hook: the vectorizable expf used by the f32 kernels."""
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        o[i] = fc_expf(x[i])
+    return out

@@ -61,7 +61,7 @@ static inline float fc_round_f16(float f) { return fc_f16_bits_to_f32(fc_f32_to_
 /* Vectorizable expf (Cephes polynomial, ~1-2 ulp).  Results below ~exp(-86.5) flush to 0,
  * above 88.72 give +inf, NaN propagates.  No -ffast-math needed: gcc vectorizes the selects. */
 static inline float fc_expf(float x) {
-    float xc = (x > 88.0f) ? 88.0f : x;
+    float xc = (x > 88.7228f) ? 88.7228f : x;
     xc = (xc < -86.5f) ? -86.5f : xc;
     xc = (x == x) ? xc : 0.0f;
     float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -75,8 +75,9 @@ static inline float fc_expf(float x) {
     p = p * r + 5.0000001201E-1f;
     p = p * r * r + r + 1.0f;
     int32_t n = (int32_t)fn;
-    float scale = fc_u2f((uint32_t)(n + 127) << 23);
-    float y = p * scale;
+    /* 2^n as 2^(n-1) * 2 so that n = 128 (x close to 88.72) stays representable */
+    float scale = fc_u2f((uint32_t)(n + 126) << 23);
+    float y = (p * scale) * 2.0f;
     y = (x < -86.5f) ? 0.0f : y;
     y = (x > 88.7228f) ? INFINITY : y;
     return (x == x) ? y : x;

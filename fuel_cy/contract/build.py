@@ -134,13 +134,19 @@ def load_block(lines: list[str], first_line: int, path: str, problems: Collector
     """Load an fkc block (flattened or indented). Returns (data, comments, canonical text)."""
     comments = {first_line + i: split_comment(raw.strip())[1] for i, raw in enumerate(lines)}
     try:
-        canon = canonical_lines(list(lines))
-        text = "\n".join(lines) if is_indented(list(lines)) else "\n".join(canon)
-        data = load(text)
+        if is_indented(list(lines)):
+            data = load("\n".join(lines))
+            try:
+                canon = "\n".join(canonical_lines(list(lines)))
+            except YamlProblem:
+                canon = "\n".join(lines)  # the model builder reports the real problem, with its key path
+        else:
+            canon = "\n".join(canonical_lines(list(lines)))
+            data = load(canon)
     except YamlProblem as exc:
-        problems.add(path, first_line + exc.line - 1, "", exc.message)
+        problems.add(path, first_line + exc.line - 1, exc.keypath, exc.message)
         return None, comments, ""
-    return data, comments, "\n".join(canon)
+    return data, comments, canon
 
 
 def build_kernel(data: Any, ctx: BlockContext, title: str, description: str, canon: str) -> Optional[Kernel]:

@@ -210,7 +210,7 @@ class Provider:
 
 @dataclass(frozen=True)
 class ContractDoc:
-    path: str
+    path: str = field(compare=False)
     fkc_version: int
     provider: Provider
     title: str

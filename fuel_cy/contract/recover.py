@@ -119,7 +119,8 @@ def reindent(lines: list[str], schema: MapNode, root: str = "") -> list[str]:
             stack.pop()
         if not stack or not _accepts(stack[-1], key, stack[:-1]):
             where = inner.keypath or "the top level"
-            raise YamlProblem(number, f"unknown key {key!r} at {where} (expected one of: {_expected(inner)})")
+            raise YamlProblem(number, f"unknown key {key!r} at {where} (expected one of: {_expected(inner)})",
+                              f"{inner.keypath}.{key}" if inner.keypath else key)
         ctx = stack[-1]
         text = raw.strip()[2:].strip() if prefix is not None else raw.strip()
         out.append((prefix if prefix is not None else " " * ctx.indent) + text)

@@ -25,10 +25,11 @@ class LList(list):
 
 
 class YamlProblem(ValueError):
-    def __init__(self, line: int, message: str):
+    def __init__(self, line: int, message: str, keypath: str = ""):
         super().__init__(message)
         self.line = line
         self.message = message
+        self.keypath = keypath
 
 
 class _Loader(yaml.SafeLoader):
@@ -44,8 +45,17 @@ class _Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+_PLAIN_TAGS = {
+    MappingNode: "tag:yaml.org,2002:map",
+    SequenceNode: "tag:yaml.org,2002:seq",
+}
+
+
 def _build(node: Any) -> Any:
     line = node.start_mark.line + 1
+    expected = _PLAIN_TAGS.get(type(node))
+    if expected is not None and node.tag != expected:
+        raise YamlProblem(line, f"YAML tag {node.tag!r} is not allowed in contracts")
     if isinstance(node, MappingNode):
         out = LDict()
         out.line = line

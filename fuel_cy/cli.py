@@ -1,0 +1,418 @@
+"""`fuel-cy`: regenerate, check, format, inspect and run kernels from the command line.
+
+Exit codes: 0 ok, 1 check failed / problems found, 2 usage or input error.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from .contract import ContractError, load_contract, parse_document
+from .contract.loader import contract_files, default_contracts_dir
+
+OK, PROBLEMS, USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported on stderr with exit code 2."""
+
+
+def _status(msg: str) -> None:
+    """A transient progress line, rewritten in place on a terminal; silent when piped."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + msg)
+        sys.stderr.flush()
+
+
+def _stage(msg: str) -> None:
+    """A stage line of a long command: in place on a terminal, one line each otherwise."""
+    if sys.stderr.isatty():
+        _status(msg)
+    else:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _done_status() -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
+
+
+def _contract_paths(args: Sequence[str]) -> list[Path]:
+    if args:
+        paths = [Path(a) for a in args]
+        for p in paths:
+            if not p.is_file():
+                raise UsageError(f"no such contract file: {p}")
+        return paths
+    return contract_files(default_contracts_dir())
+
+
+# ---- validate / fmt / generate / build -------------------------------------------------------
+
+def cmd_validate(ns: argparse.Namespace) -> int:
+    problems = 0
+    for path in _contract_paths(ns.contracts):
+        try:
+            doc = load_contract(path)
+            print(f"{path}: ok ({len(doc.kernels)} kernels: {', '.join(k.name for k in doc.kernels)})")
+        except ContractError as exc:
+            for p in exc.problems:
+                print(p)
+            problems += len(exc.problems)
+    if problems:
+        print(f"{problems} problem(s) found", file=sys.stderr)
+    return PROBLEMS if problems else OK
+
+
+def cmd_fmt(ns: argparse.Namespace) -> int:
+    from .contract.format import format_document
+
+    changed = 0
+    for path in _contract_paths(ns.contracts):
+        text = path.read_text(encoding="utf-8")
+        try:
+            out = format_document(text, str(path))
+        except ContractError as exc:
+            for p in exc.problems:
+                print(p, file=sys.stderr)
+            return PROBLEMS
+        if out != text:
+            changed += 1
+            if ns.check:
+                print(f"would reformat {path}")
+            else:
+                path.write_text(out, encoding="utf-8")
+                print(f"reformatted {path}")
+    if ns.check and changed:
+        return PROBLEMS
+    if not changed:
+        print("all contracts already canonical")
+    return OK
+
+
+def cmd_generate(ns: argparse.Namespace) -> int:
+    from .codegen import find_root, generate
+
+    root = find_root(Path(ns.root) if ns.root else None)
+    out = Path(ns.out).resolve() if ns.out else None
+    try:
+        result = generate(root, out, check=ns.check)
+    except ContractError as exc:
+        for p in exc.problems:
+            print(p, file=sys.stderr)
+        print("generation refused: nothing was written", file=sys.stderr)
+        return PROBLEMS
+    target = out or root / "fuel_cy" / "_generated"
+    if ns.check:
+        if result.stale:
+            for rel in result.changed:
+                print(f"stale: {target / rel}")
+            for rel in result.extras:
+                print(f"extra: {target / rel}")
+            print(f"{len(result.changed) + len(result.extras)} generated file(s) out of date; run `fuel-cy generate`")
+            return PROBLEMS
+        print(f"generated files in {target} are up to date")
+        return OK
+    for rel in result.changed:
+        print(f"wrote {target / rel}")
+    print(f"{len(result.changed)} file(s) written, the rest unchanged")
+    return OK
+
+
+def cmd_build(ns: argparse.Namespace) -> int:
+    from .codegen import find_root, generate
+
+    root = find_root(Path(ns.root) if ns.root else None)
+    _stage("[1/3] validating contracts")
+    try:
+        _stage("[2/3] generating code")
+        result = generate(root)
+    except ContractError as exc:
+        _done_status()
+        for p in exc.problems:
+            print(p, file=sys.stderr)
+        return PROBLEMS
+    _stage(f"[3/3] compiling the extension ({len(result.changed)} generated file(s) changed; ~1 min on 2 cores)")
+    proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=root,
+                          capture_output=True, text=True)
+    _done_status()
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        print("build failed", file=sys.stderr)
+        return PROBLEMS
+    print(f"built {root / 'fuel_cy' / '_generated'} (editable installs pick it up; otherwise `pip install .`)")
+    return OK
+
+
+# ---- list / show / cost ------------------------------------------------------------------------
+
+LIST_FIELDS = ("name", "fused_op", "fused_op_id", "dtypes", "exec_arm", "exec_dtypes", "exec_wired",
+               "revision_hash", "entry_point", "implemented")
+
+
+def _registry():
+    import fuel_cy
+
+    return fuel_cy.registry
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    rows = []
+    for e in _registry().values():
+        rows.append({
+            "name": e.name, "fused_op": e.fused_op, "fused_op_id": e.fused_op_id,
+            "dtypes": list(e.dtypes), "exec_arm": e.exec_arm, "exec_dtypes": list(e.exec_dtypes),
+            "exec_wired": e.exec_wired, "revision_hash": e.revision_hash,
+            "entry_point": e.entry_point, "implemented": e.implemented,
+        })
+    if ns.json:
+        print(json.dumps({"schema": "fuel-cy.list/1", "kernels": rows}, indent=2))
+        return OK
+    table = [["kernel", "fused op", "id", "dtypes", "exec wiring", "revision"]]
+    for r in rows:
+        wiring = (f"exec arm ({'/'.join(r['exec_dtypes'])})" if r["exec_wired"]
+                  else f"sibling of {r['exec_arm']}" if r["exec_arm"] else "not exec-wired")
+        table.append([r["name"], r["fused_op"], str(r["fused_op_id"]), ",".join(r["dtypes"]), wiring, r["revision_hash"]])
+    print(_format_table(table))
+    return OK
+
+
+def _format_table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _find_kernel(name: str):
+    for path in contract_files(default_contracts_dir()):
+        doc = load_contract(path)
+        for k in doc.kernels:
+            if k.name == name:
+                return doc, k
+    known = [k.name for p in contract_files(default_contracts_dir()) for k in load_contract(p).kernels]
+    raise UsageError(f"unknown kernel {name!r} (known: {', '.join(known)})")
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.name not in ("loc", "block_text")}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    doc, k = _find_kernel(ns.kernel)
+    if ns.json:
+        print(json.dumps({"schema": "fuel-cy.show/1", "contract": doc.path, "kernel": _jsonable(k)}, indent=2))
+        return OK
+    print(f"{k.name} -- {k.title}\n")
+    print(f"  {k.blurb}\n")
+    print(f"  contract: {k.loc}   fused op: {k.fused_op} (id {k.fused_op_id})   entry point: {k.entry_point}\n")
+    print("inputs:")
+    for i in k.inputs:
+        opt = " (optional)" if i.optional else ""
+        sc = f"  constraint: {i.shape_constraint}" if i.shape_constraint else ""
+        print(f"  {i.name:<14} {'|'.join(i.dtypes):<20} rank {i.rank} [{', '.join(i.dims)}]{opt}{sc}")
+    print("params:")
+    for f in k.op_params.fields:
+        extra = f"  constraint: {f.constraint}" if f.constraint else ""
+        print(f"  {f.name:<18} {f.kind}{extra}")
+    print(f"returns ({k.returns.kind}):")
+    for o in k.returns.items:
+        print(f"  {o.name:<6} dtype {o.dtype_rule}, shape {o.shape_rule}, {o.layout_guarantee}")
+    print("cost:")
+    print(f"  flops        {k.cost.flops}\n  bytes_moved  {k.cost.bytes_moved}\n  host_bytes   {k.cost.memory.host_bytes}")
+    print(f"precision: {k.precision.notes}\ndeterminism: {k.determinism}\n")
+    print("```fkc\n" + k.block_text + "\n```")
+    return OK
+
+
+def _parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in items or ():
+        name, _, dims = item.partition("=")
+        try:
+            if not name or not dims:
+                raise ValueError
+            shapes[name.strip()] = tuple(int(x) for x in dims.split(","))
+            if any(x < 0 for x in shapes[name.strip()]):
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"bad --shape {item!r}: expected NAME=D0,D1,... with non-negative integers") from None
+    return shapes
+
+
+DTYPE_ALIASES = {"f32": "F32", "float32": "F32", "f64": "F64", "float64": "F64", "bf16": "BF16",
+                 "bfloat16": "BF16", "f16": "F16", "float16": "F16"}
+
+
+def _dtype_arg(value: str) -> str:
+    code = DTYPE_ALIASES.get(value.lower())
+    if code is None:
+        raise UsageError(f"unknown dtype {value!r} (use f32, f64, bf16 or f16)")
+    return code
+
+
+def cmd_cost(ns: argparse.Namespace) -> int:
+    import fuel_cy
+
+    entry = fuel_cy.registry.get(ns.kernel)
+    if entry is None:
+        raise UsageError(f"unknown kernel {ns.kernel!r} (known: {', '.join(fuel_cy.registry)})")
+    shapes = _parse_shapes(ns.shape)
+    unknown = set(shapes) - set(entry.inputs)
+    if unknown:
+        raise UsageError(f"{ns.kernel} has no input {sorted(unknown)[0]!r} (inputs: {', '.join(entry.inputs)})")
+    args = [shapes.get(n) for n in entry.inputs]
+    report = fuel_cy.cost(ns.kernel, *args, dtype=_dtype_arg(ns.dtype))
+    data = report.as_dict()
+    if ns.json:
+        print(json.dumps({"schema": "fuel-cy.cost/1", **data}, indent=2))
+        return OK
+    for key in ("kernel", "dtype", "flops", "bytes_moved", "host_bytes", "device_bytes", "disk_bytes", "predicted_ns"):
+        value = data[key]
+        if key == "predicted_ns":
+            value = "no calibration file (run `fuel-cy calibrate`)" if value is None else f"{value / 1e6:.3f} ms"
+        print(f"{key:<13} {value}")
+    return OK
+
+
+# ---- run / demo --------------------------------------------------------------------------------
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from .runner import RunSpec, run_kernel
+
+    window = None
+    if ns.window:
+        try:
+            left, right = ns.window.split(",")
+            window = (None if left == "" else int(left), None if right == "" else int(right))
+        except ValueError:
+            raise UsageError(f"bad --window {ns.window!r}: expected L,R (either may be empty)") from None
+    spec = RunSpec(kernel=ns.kernel, dtype=_dtype_arg(ns.dtype), shapes=_parse_shapes(ns.shape),
+                   causal=ns.causal, window=window, softcap=ns.softcap, alibi=ns.alibi, seed=ns.seed,
+                   k_len=ns.k_len)
+    result = run_kernel(spec)
+    print(result.describe())
+    return OK if result.ok else PROBLEMS
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from .runner import demo
+
+    import fuel_cy
+
+    info = fuel_cy.build_info()
+    print(f"fuel_cy {fuel_cy.__version__}: {fuel_cy.get_num_threads()} thread(s), flags {' '.join(info['compile_args'])}")
+    ok = demo(progress=_status)
+    _done_status()
+    return OK if ok else PROBLEMS
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(quick=ns.quick, json_out=ns.json, plot=ns.plot, progress=_status)
+
+
+def cmd_calibrate(ns: argparse.Namespace) -> int:
+    from .bench import calibrate
+
+    return calibrate(quick=ns.quick, progress=_status)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fuel-cy", description=__doc__.splitlines()[0],
+                                epilog="Exit codes: 0 ok, 1 problems found, 2 usage or input error.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        sp.set_defaults(fn=fn)
+        return sp
+
+    sp = add("validate", cmd_validate, "parse and validate contracts; print file:line: key.path: message per problem")
+    sp.add_argument("contracts", nargs="*", help="contract files (default: every contract in contracts/)")
+    sp = add("fmt", cmd_fmt, "rewrite contracts in the canonical indented form")
+    sp.add_argument("--check", action="store_true", help="only report files that would change")
+    sp.add_argument("contracts", nargs="*")
+    sp = add("generate", cmd_generate, "render the templates from contracts/ into fuel_cy/_generated/")
+    sp.add_argument("--check", action="store_true", help="exit 1 if generated files are stale; write nothing")
+    sp.add_argument("--out", help="output folder (default fuel_cy/_generated)")
+    sp.add_argument("--root", help="project checkout (default: found from the current folder)")
+    sp = add("build", cmd_build, "regenerate and rebuild the extension in place")
+    sp.add_argument("--root", help="project checkout (default: found from the current folder)")
+    sp = add("list", cmd_list, "kernels with fused op, id, dtypes, exec wiring and revision hash")
+    sp.add_argument("--json", action="store_true", help="machine-readable output (schema fuel-cy.list/1)")
+    sp = add("show", cmd_show, "the full contract of one kernel")
+    sp.add_argument("kernel")
+    sp.add_argument("--json", action="store_true", help="machine-readable output (schema fuel-cy.show/1)")
+    sp = add("cost", cmd_cost, "flops, bytes and memory from the contract's cost formulas")
+    sp.add_argument("kernel")
+    sp.add_argument("--shape", action="append", default=[], metavar="INPUT=D0,D1,..")
+    sp.add_argument("--dtype", default="f32")
+    sp.add_argument("--json", action="store_true", help="machine-readable output (schema fuel-cy.cost/1)")
+    sp = add("run", cmd_run, "run a kernel on random inputs and check it against the float64 reference")
+    sp.add_argument("kernel")
+    sp.add_argument("--shape", action="append", default=[], metavar="INPUT=D0,D1,..")
+    sp.add_argument("--dtype", default="f32")
+    sp.add_argument("--causal", action="store_true")
+    sp.add_argument("--window", metavar="L,R")
+    sp.add_argument("--softcap", type=float)
+    sp.add_argument("--alibi", action="store_true")
+    sp.add_argument("--k-len", type=int, dest="k_len")
+    sp.add_argument("--seed", type=int, default=0)
+    add("demo", cmd_demo, "run all kernels in every dtype on a default problem, verify, print a table")
+    sp = add("bench", cmd_bench, "benchmark ours vs peers (torch SDPA, NumPy) and print a table")
+    sp.add_argument("--quick", action="store_true", help="a small grid (about a minute)")
+    sp.add_argument("--json", metavar="OUT", help="write results as JSON")
+    sp.add_argument("--plot", metavar="OUT.png", help="write a plot (needs matplotlib)")
+    sp = add("calibrate", cmd_calibrate, "fit the cost-model judge (time vs flops and bytes) per kernel and dtype")
+    sp.add_argument("--quick", action="store_true")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if exc.code in (0, None) else USAGE
+    try:
+        return int(ns.fn(ns))
+    except UsageError as exc:
+        print(f"fuel-cy {ns.command}: error: {exc}", file=sys.stderr)
+        return USAGE
+    except ContractError as exc:
+        for p in exc.problems:
+            print(p, file=sys.stderr)
+        return PROBLEMS
+    except ImportError as exc:
+        print(f"fuel-cy {ns.command}: {exc}", file=sys.stderr)
+        return USAGE
+    except FileNotFoundError as exc:
+        print(f"fuel-cy {ns.command}: error: {exc}", file=sys.stderr)
+        return USAGE
+    except Exception as exc:  # InputError and friends: bad input, clearly reported
+        from .errors import InputError
+
+        if isinstance(exc, InputError):
+            print(f"fuel-cy {ns.command}: error: {exc}", file=sys.stderr)
+            return USAGE
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Float64 NumPy references of the contract's semantics (used by `fuel-cy run` / `demo`).
+
+Independent of the compiled core: materialized scores, einsum, explicit masks.  The test suite
+keeps its own, separately written reference so the kernels are never checked against this file
+alone.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+
+def _scores(q, k, scale, causal, wl, wr, softcap, k_len, alibi, qpos=None):
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    kk = np.repeat(np.asarray(k, np.float64), hq // hkv, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", np.asarray(q, np.float64), kk) * scale
+    s_pre = s
+    if softcap is not None:
+        s = np.tanh(s / softcap) * softcap
+    qi = (np.arange(sq) if qpos is None else qpos)[:, None]
+    kj = np.arange(sk)[None, :]
+    if alibi is not None:
+        s = s + np.asarray(alibi, np.float64)[None, :, None, None] * (kj - qi)
+    masked = np.zeros((sq, sk), bool) if qpos is None or qpos.ndim == 1 else np.zeros(qpos.shape[:1] + (sk,), bool)
+    if causal:
+        masked = masked | (kj > qi)
+    if wl is not None:
+        masked = masked | (kj + wl < qi)
+    if wr is not None:
+        masked = masked | (kj > qi + wr)
+    if k_len is not None:
+        masked = masked | (kj >= k_len)
+    return np.where(masked, -np.inf, s), s_pre
+
+
+def _softmax(s):
+    m = s.max(axis=-1, keepdims=True)
+    dead = ~np.isfinite(m)
+    p = np.exp(s - np.where(dead, 0.0, m))
+    l = p.sum(axis=-1, keepdims=True)
+    return np.where(dead | (l == 0), 0.0, p / np.where(l == 0, 1.0, l))
+
+
+def attention(q, k, v, alibi=None, *, softmax_scale=None, causal=False, window_size_left=None,
+              window_size_right=None, softcap=None, k_len=None):
+    d = q.shape[-1]
+    scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
+    s, _ = _scores(q, k, scale, causal, window_size_left, window_size_right, softcap, k_len, alibi)
+    vv = np.repeat(np.asarray(v, np.float64), q.shape[1] // k.shape[1], axis=1)
+    return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, context_lens, alibi=None, *, softmax_scale=None,
+                    softcap=None, block_size=None):
+    bsz, hq, sq, d = q.shape
+    bs = k_cache.shape[1] if block_size is None else block_size
+    scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
+    out = np.zeros(q.shape, np.float64)
+    for b in range(bsz):
+        n = int(context_lens[b])
+        if n == 0:
+            continue
+        pos = np.arange(n)
+        phys = np.asarray(block_table[b])[pos // bs]
+        k = np.asarray(k_cache, np.float64)[phys, pos % bs].transpose(1, 0, 2)[None]
+        v = np.asarray(v_cache, np.float64)[phys, pos % bs].transpose(1, 0, 2)[None]
+        qpos = max(n - sq, 0) + np.arange(sq)
+        s, _ = _scores(q[b:b + 1], k, scale, True, None, None, softcap, None, alibi, qpos=qpos)
+        vv = np.repeat(v, hq // v.shape[1], axis=1)
+        out[b] = np.einsum("hij,hjd->hid", _softmax(s)[0], vv[0])
+    return out
+
+
+def attention_backward(q, k, v, do, alibi=None, *, softmax_scale=None, causal=False,
+                       window_size_left=None, window_size_right=None, softcap=None):
+    hq, hkv = q.shape[1], k.shape[1]
+    g = hq // hkv
+    d = q.shape[-1]
+    scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
+    s, s_pre = _scores(q, k, scale, causal, window_size_left, window_size_right, softcap, None, alibi)
+    p = _softmax(s)
+    do64 = np.asarray(do, np.float64)
+    kk = np.repeat(np.asarray(k, np.float64), g, axis=1)
+    vv = np.repeat(np.asarray(v, np.float64), g, axis=1)
+    dp = np.einsum("bhid,bhjd->bhij", do64, vv)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True))
+    if softcap is not None:
+        ds = ds * (1 - np.tanh(s_pre / softcap) ** 2)
+    dq = scale * np.einsum("bhij,bhjd->bhid", ds, kk)
+    dk = scale * np.einsum("bhij,bhid->bhjd", ds, np.asarray(q, np.float64))
+    dv = np.einsum("bhij,bhid->bhjd", p, do64)
+    b, _, sk, _ = k.shape
+    return dq, dk.reshape(b, hkv, g, sk, d).sum(2), dv.reshape(b, hkv, g, sk, d).sum(2)

@@ -1,0 +1,155 @@
+"""Random-input runs of the kernels, checked against the float64 reference (`run`, `demo`)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import reference, tolerance
+from ._validation import NUMPY_DTYPES
+
+DEFAULT_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
+    "attention_naive": {"q": (1, 8, 256, 64), "k": (1, 2, 512, 64)},
+    "attention_flash": {"q": (1, 8, 256, 64), "k": (1, 2, 512, 64)},
+    "attention_flash_backward": {"q": (1, 8, 128, 64), "k": (1, 2, 256, 64)},
+    "attention_paged_naive": {"q": (4, 8, 1, 64), "k_cache": (96, 16, 2, 64), "block_table": (4, 24)},
+}
+
+
+@dataclass
+class RunSpec:
+    kernel: str
+    dtype: str = "F32"
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    causal: bool = False
+    window: Optional[tuple[Optional[int], Optional[int]]] = None
+    softcap: Optional[float] = None
+    alibi: bool = False
+    seed: int = 0
+    k_len: Optional[int] = None
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    shape: str
+    seconds: float
+    flops: float
+    error: float
+    bound: float
+    naive_error: Optional[float] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.bound
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.seconds / 1e9 if self.seconds > 0 else float("nan")
+
+    def describe(self) -> str:
+        lines = [f"{self.spec.kernel} {self.spec.dtype} {self.shape}",
+                 f"  time        {self.seconds * 1e3:.3f} ms ({self.gflops:.1f} GFLOP/s)",
+                 f"  max error   {self.error:.3e} relative to max|ref| (bound {self.bound:.1e}) "
+                 f"{'ok' if self.ok else 'MISMATCH'}"]
+        if self.naive_error is not None:
+            lines.append(f"  vs naive    {self.naive_error:.3e}")
+        return "\n".join(lines)
+
+
+def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[str, Any], Any]:
+    import fuel_cy
+
+    entry = fuel_cy.registry.get(spec.kernel)
+    if entry is None:
+        from .cli import UsageError
+
+        raise UsageError(f"unknown kernel {spec.kernel!r} (known: {', '.join(fuel_cy.registry)})")
+    shapes = dict(DEFAULT_SHAPES.get(spec.kernel, {}))
+    shapes.update(spec.shapes)
+    T = NUMPY_DTYPES[spec.dtype]
+
+    def rand(shape):
+        return rng.standard_normal(shape).astype(T)
+
+    params: dict[str, Any] = {}
+    if spec.softcap is not None:
+        params["softcap"] = spec.softcap
+    if spec.kernel == "attention_paged_naive":
+        q = rand(shapes["q"])
+        kc = rand(shapes["k_cache"])
+        vc = rand(shapes.get("v_cache", shapes["k_cache"]))
+        b, maxb = shapes.get("block_table", (q.shape[0], kc.shape[0] // max(q.shape[0], 1)))
+        table = rng.permutation(kc.shape[0])[: b * maxb].reshape(b, maxb).astype(np.uint32)
+        lens = rng.integers(0, maxb * kc.shape[1] + 1, size=b).astype(np.uint32)
+        alibi = rng.random(q.shape[1]).astype(T) if spec.alibi else None
+        args = [q, kc, vc, table, lens, alibi]
+        ref = reference.paged_attention(q, kc, vc, table, lens, alibi, **params)
+        return args, params, ref
+    q = rand(shapes["q"])
+    k = rand(shapes["k"])
+    v = rand(shapes.get("v", shapes["k"]))
+    alibi = rng.random(q.shape[1]).astype(T) if spec.alibi else None
+    params["causal"] = spec.causal
+    if spec.window:
+        params["window_size_left"], params["window_size_right"] = spec.window
+    if spec.kernel == "attention_flash_backward":
+        do = rand(shapes.get("do_grad", q.shape))
+        ref = reference.attention_backward(q, k, v, do, alibi, **params)
+        return [q, k, v, do, alibi], params, ref
+    if spec.k_len is not None:
+        params["k_len"] = spec.k_len
+    return [q, k, v, alibi], params, reference.attention(q, k, v, alibi, **params)
+
+
+def run_kernel(spec: RunSpec, repeats: int = 3) -> RunResult:
+    import fuel_cy
+
+    rng = np.random.default_rng(spec.seed)
+    args, params, ref = _inputs(spec, rng)
+    fn = fuel_cy.registry[spec.kernel].fn
+    out = fn(*args, **params)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(*args, **params)
+        times.append(time.perf_counter() - t0)
+    q = args[0]
+    sk = args[1].shape[2] if spec.kernel != "attention_paged_naive" else args[3].shape[1] * args[1].shape[1]
+    backward = isinstance(out, tuple)
+    if backward:
+        error = max(tolerance.relative_error(o, r) for o, r in zip(out, ref))
+    else:
+        error = tolerance.relative_error(out, ref)
+    naive_error = None
+    if spec.kernel == "attention_flash":
+        naive = fuel_cy.attention_naive(*args, **params)
+        naive_error = tolerance.relative_error(out, naive)
+    report = fuel_cy.cost(spec.kernel, *args, **{k: v for k, v in params.items() if k == "block_size"})
+    shape = " ".join(f"{n}={list(a.shape)}" for n, a in zip(fuel_cy.registry[spec.kernel].inputs, args)
+                     if a is not None and n in ("q", "k", "k_cache"))
+    return RunResult(spec, shape, float(np.median(times)), float(report.flops), error,
+                     tolerance.bound(spec.dtype, q.shape[-1], sk, backward), naive_error)
+
+
+def demo(progress: Callable[[str], None] = lambda s: None) -> bool:
+    import fuel_cy
+
+    rows = [["kernel", "dtype", "shape", "time ms", "GFLOP/s", "max rel err", "bound", "ok"]]
+    all_ok = True
+    for name in fuel_cy.registry:
+        for dtype in fuel_cy.registry[name].dtypes:
+            progress(f"demo: {name} {dtype}")
+            spec = RunSpec(kernel=name, dtype=dtype, causal=name != "attention_paged_naive", alibi=True)
+            r = run_kernel(spec, repeats=2)
+            all_ok &= r.ok
+            rows.append([name, dtype, r.shape, f"{r.seconds * 1e3:.2f}", f"{r.gflops:.1f}",
+                         f"{r.error:.2e}", f"{r.bound:.0e}", "yes" if r.ok else "NO"])
+    from .cli import _format_table
+
+    progress("")
+    print(_format_table(rows))
+    print("all kernels verified against the float64 reference" if all_ok else "MISMATCH: see the rows marked NO")
+    return all_ok

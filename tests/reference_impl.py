@@ -1,0 +1,100 @@
+"""The test suite's own float64 reference, written from the contract prose (not from the kernels).
+
+One (batch, head) at a time: a score matrix, `position_admissible` as the prose states it,
+softcap then ALiBi, stable softmax with fully-masked rows -> 0, and the backward closed form.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def position_admissible(qi, kj, causal, left, right, k_len):
+    ok = np.ones(np.broadcast(qi, kj).shape, dtype=bool)
+    if causal:
+        ok &= ~(kj > qi)
+    if left is not None:
+        ok &= ~(kj + left < qi)
+    if right is not None:
+        ok &= ~(kj > qi + right)
+    if k_len is not None:
+        ok &= kj < k_len
+    return ok
+
+
+def _head_probs(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos=None):
+    s_pre = (qh @ kh.T) * scale
+    s = np.tanh(s_pre / softcap) * softcap if softcap is not None else s_pre.copy()
+    qi = (np.arange(qh.shape[0]) if qpos is None else qpos)[:, None]
+    kj = np.arange(kh.shape[0])[None, :]
+    if slope is not None:
+        s = s + slope * (kj - qi)
+    ok = position_admissible(qi, kj, causal, left, right, k_len)
+    p = np.zeros_like(s)
+    for i in range(s.shape[0]):
+        row = s[i][ok[i]]
+        if row.size == 0 or not np.isfinite(row.max()):
+            continue
+        e = np.exp(row - row.max())
+        p[i, ok[i]] = e / e.sum()
+    return p, s_pre
+
+
+def forward(q, k, v, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None, k_len=None):
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    b_, hq, sq, d = q.shape
+    group = hq // k.shape[1]
+    scale = float(np.float32(1 / np.sqrt(d))) if scale is None else float(np.float32(scale))
+    softcap = None if softcap is None else float(np.float32(softcap))
+    out = np.zeros_like(q)
+    for b in range(b_):
+        for h in range(hq):
+            slope = None if alibi is None else float(alibi[h])
+            p, _ = _head_probs(q[b, h], k[b, h // group], scale, causal, left, right, softcap, k_len, slope)
+            out[b, h] = p @ v[b, h // group]
+    return out
+
+
+def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None):
+    q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, do))
+    b_, hq, sq, d = q.shape
+    group = hq // k.shape[1]
+    scale = float(np.float32(1 / np.sqrt(d))) if scale is None else float(np.float32(scale))
+    softcap = None if softcap is None else float(np.float32(softcap))
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for b in range(b_):
+        for h in range(hq):
+            hk = h // group
+            slope = None if alibi is None else float(alibi[h])
+            p, s_pre = _head_probs(q[b, h], k[b, hk], scale, causal, left, right, softcap, None, slope)
+            dv[b, hk] += p.T @ do[b, h]
+            dp = do[b, h] @ v[b, hk].T
+            ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+            if softcap is not None:
+                ds *= 1 - np.tanh(s_pre / softcap) ** 2
+            dq[b, h] = scale * ds @ k[b, hk]
+            dk[b, hk] += scale * ds.T @ q[b, h]
+    return dq, dk, dv
+
+
+def paged(q, k_cache, v_cache, table, lens, alibi=None, scale=None, softcap=None):
+    """Gather each sequence's keys through the block table, then attend with the implicit causal
+    mask at abs = saturating_sub(context_len, Sq) + q_pos."""
+    q = np.asarray(q, np.float64)
+    b_, hq, sq, d = q.shape
+    bs = k_cache.shape[1]
+    group = hq // k_cache.shape[2]
+    scale = float(np.float32(1 / np.sqrt(d))) if scale is None else float(np.float32(scale))
+    softcap = None if softcap is None else float(np.float32(softcap))
+    out = np.zeros_like(q)
+    for b in range(b_):
+        n = int(lens[b])
+        if n == 0:
+            continue
+        keys = np.array([k_cache[table[b, p // bs], p % bs] for p in range(n)], np.float64).reshape(n, -1, d)
+        vals = np.array([v_cache[table[b, p // bs], p % bs] for p in range(n)], np.float64).reshape(n, -1, d)
+        qpos = max(n - sq, 0) + np.arange(sq)
+        for h in range(hq):
+            slope = None if alibi is None else float(alibi[h])
+            p, _ = _head_probs(q[b, h], keys[:, h // group], scale, True, None, None, softcap, None, slope, qpos)
+            out[b, h] = p @ vals[:, h // group]
+    return out

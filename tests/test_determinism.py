@@ -1,0 +1,104 @@
+"""Same inputs, same bits: across runs and thread counts; inputs untouched; outputs fully written."""
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_cy
+from fuel_cy._generated import _kernels
+
+DTYPES = [np.float32, np.float64, ml_dtypes.bfloat16, np.float16]
+
+
+def _calls(dtype):
+    rng = np.random.default_rng(21)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+    q, k, v, do = r(2, 4, 70, 32), r(2, 2, 150, 32), r(2, 2, 150, 32), r(2, 4, 70, 32)
+    slopes = (rng.random(4) * 0.3).astype(dtype)
+    kc, vc = r(40, 8, 2, 32), r(40, 8, 2, 32)
+    table = rng.permutation(40)[:16].reshape(2, 8).astype(np.uint32)
+    lens = np.array([61, 17], np.uint32)
+    params = dict(causal=True, window_size_left=40, softcap=3.0)
+    return [
+        ("attention_naive", (q, k, v, slopes), params),
+        ("attention_flash", (q, k, v, slopes), dict(params, k_len=120)),
+        ("attention_paged_naive", (q[:, :, :3].copy(), kc, vc, table, lens, slopes), {"softcap": 3.0}),
+        ("attention_flash_backward", (q, k, v, do, slopes), params),
+    ]
+
+
+def _bits(result):
+    parts = result if isinstance(result, tuple) else (result,)
+    return [np.ascontiguousarray(p).view(np.uint8).tobytes() for p in parts]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_bitwise_across_runs_and_thread_counts(dtype):
+    for name, args, params in _calls(dtype):
+        fn = getattr(fuel_cy, name)
+        before = [None if a is None else a.copy() for a in args]
+        try:
+            fuel_cy.set_num_threads(1)
+            one = _bits(fn(*args, **params))
+            fuel_cy.set_num_threads(2)
+            two = _bits(fn(*args, **params))
+            again = _bits(fn(*args, **params))
+        finally:
+            fuel_cy.set_num_threads(0)
+        assert one == two == again, name
+        for a, b in zip(args, before):
+            assert a is None or np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{name} modified an input"
+
+
+class _PoisonedNumpy:
+    """numpy, except that `empty` hands out NaN-filled memory (a poisoned allocator)."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(shape, dtype=float, **kw):
+        out = np.empty(shape, dtype=dtype, **kw)
+        if np.dtype(dtype).kind == "f":
+            out.fill(np.nan)
+        else:
+            out.fill(0xAB)
+        return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_outputs_fully_written_with_poisoned_allocations(dtype, monkeypatch):
+    calls = _calls(dtype)
+    clean = {name: _bits(getattr(fuel_cy, name)(*args, **params)) for name, args, params in calls}
+    monkeypatch.setattr(_kernels, "_np", _PoisonedNumpy())
+    for name, args, params in calls:
+        result = getattr(fuel_cy, name)(*args, **params)
+        parts = result if isinstance(result, tuple) else (result,)
+        assert not any(np.isnan(np.asarray(p, np.float64)).any() for p in parts), name
+        assert _bits(result) == clean[name], name
+
+
+def test_concurrent_python_threads_match_serial():
+    calls = _calls(np.float32)
+    serial = {name: _bits(getattr(fuel_cy, name)(*args, **params)) for name, args, params in calls}
+    results, errors = [], []
+
+    def worker(i):
+        try:
+            name, args, params = calls[i % len(calls)]
+            for _ in range(3):
+                results.append((name, _bits(getattr(fuel_cy, name)(*args, **params))))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 24
+    assert all(bits == serial[name] for name, bits in results)

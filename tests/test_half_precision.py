@@ -1,0 +1,94 @@
+"""bf16/f16 "math in T": conversions bit-exact vs ml_dtypes/NumPy; kernels bit-exact vs emulation."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_cy
+from fuel_cy._generated import _kernels
+
+import emulation
+
+
+def _interesting_floats():
+    rng = np.random.default_rng(0)
+    bits = [rng.integers(0, 2**32, size=400_000, dtype=np.uint64).astype(np.uint32)]
+    # every half value, and its float32 neighbours (ties and near-ties of both rounding modes)
+    for half_bits, shift in ((np.arange(2**16, dtype=np.uint32), 16),):
+        f = (half_bits << shift).astype(np.uint32)
+        bits += [f, f + 1, f - 1, f + 0x8000, f + 0x7FFF, f + 0x8001]
+    h = np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32).view(np.uint32)
+    bits += [h, h + 1, h - 1, h + 0x1000, h + 0xFFF, h + 0x1001, h + 0x2000]
+    out = np.concatenate(bits).view(np.float32)
+    return out[~np.isnan(out)]
+
+
+@pytest.mark.parametrize("code,target", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
+def test_core_rounding_is_bitwise_ml_dtypes(code, target):
+    x = _interesting_floats()
+    ours = _kernels._core_round(x, code)
+    with np.errstate(over="ignore"):
+        theirs = x.astype(target).astype(np.float32)
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+
+
+@pytest.mark.parametrize("code", ["BF16", "F16"])
+def test_core_rounding_keeps_nan(code):
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf], np.float32)
+    r = _kernels._core_round(x, code)
+    assert np.isnan(r[:2]).all() and r[2] == np.inf and r[3] == -np.inf
+
+
+def test_fast_expf_accuracy_and_edges():
+    x = np.linspace(-86.4, 88.7, 2_000_001, dtype=np.float32)
+    ours = _kernels._core_expf(x).astype(np.float64)
+    exact = np.exp(x.astype(np.float64))
+    ulp = np.abs(ours - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert ulp.max() <= 4.0
+    # below exp(-86.5) ~ 2.6e-38 results flush to zero (documented; probabilities that small vanish)
+    tiny = np.linspace(-120, -86.6, 1001, dtype=np.float32)
+    assert np.all(_kernels._core_expf(tiny) == 0)
+    edge = _kernels._core_expf(np.array([-np.inf, -1000, 1000, np.inf, np.nan, 0], np.float32))
+    assert edge[0] == 0 and edge[1] == 0 and edge[2] == np.inf and edge[3] == np.inf
+    assert np.isnan(edge[4]) and edge[5] == 1
+
+
+EMU_CASES = [
+    ("plain", 1, 2, 1, 5, 19, 6, {}, False),
+    ("causal-alibi", 1, 2, 2, 7, 7, 5, {"causal": True}, True),
+    ("softcap-window", 2, 2, 1, 6, 21, 4, {"softcap": 2.0, "window_size_left": 3, "window_size_right": 1}, True),
+    ("k-len", 1, 1, 1, 4, 40, 3, {"k_len": 33, "softmax_scale": 0.7}, False),
+]
+
+
+@pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
+@pytest.mark.parametrize("case", EMU_CASES, ids=[c[0] for c in EMU_CASES])
+def test_naive_is_bitwise_the_emulation(code, dtype, case):
+    _, b, hq, hkv, sq, sk, d, params, alibi = case
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
+    k = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
+    v = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
+    slopes = (rng.random(hq)).astype(dtype) if alibi else None
+    out = fuel_cy.attention_naive(q, k, v, slopes, **params)
+    scale = params.get("softmax_scale", 1 / np.sqrt(d))
+    emu = emulation.naive(code, q, k, v, slopes, float(np.float32(scale)), params.get("causal", False),
+                          params.get("window_size_left"), params.get("window_size_right"),
+                          params.get("softcap"), params.get("k_len"))
+    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+
+
+@pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
+def test_paged_is_bitwise_the_emulation(code, dtype):
+    rng = np.random.default_rng(5)
+    b, hq, hkv, sq, d, bs, nblocks, maxb = 3, 4, 2, 2, 5, 4, 12, 4
+    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
+    kc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    vc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    table = rng.permutation(nblocks)[: b * maxb].reshape(b, maxb).astype(np.uint32)
+    lens = np.array([13, 1, 16], np.uint32)
+    slopes = rng.random(hq).astype(dtype)
+    out = fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes, softcap=3.0)
+    emu = emulation.paged(code, q, kc, vc, table, lens, slopes, float(np.float32(1 / np.sqrt(d))), 3.0)
+    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
