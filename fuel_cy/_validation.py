@@ -65,8 +65,9 @@ def has_start_offset(x: np.ndarray) -> bool:
 LAYOUT_PREDICATES = {
     "contiguous": lambda x: bool(x.flags.c_contiguous),
     "strided": lambda x: not x.flags.c_contiguous,
-    "broadcast_stride0": lambda x: any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape)),
-    "reverse_strides": lambda x: any(s < 0 and n > 1 for s, n in zip(x.strides, x.shape)),
+    # an empty array holds no data, so numpy's zero strides on it are not a broadcast
+    "broadcast_stride0": lambda x: x.size > 0 and any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape)),
+    "reverse_strides": lambda x: x.size > 0 and any(s < 0 and n > 1 for s, n in zip(x.strides, x.shape)),
     "start_offset": has_start_offset,
 }
 _LAYOUT_WORDS = {

@@ -72,6 +72,7 @@ cdef inline void transform_row(rnd_t tag, real_t* s, Py_ssize_t n, Py_ssize_t j0
 
 
 cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
+    """max(s), propagating NaN (so NaN in the data reaches the output, as IEEE arithmetic would)."""
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t m
@@ -79,13 +80,13 @@ cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
         lanes[l] = -INFINITY
     while j0 + NL <= n:
         for l in range(NL):
-            lanes[l] = s[j0 + l] if s[j0 + l] > lanes[l] else lanes[l]
+            lanes[l] = s[j0 + l] if (s[j0 + l] > lanes[l] or s[j0 + l] != s[j0 + l]) else lanes[l]
         j0 += NL
     for j in range(j0, n):
-        lanes[j - j0] = s[j] if s[j] > lanes[j - j0] else lanes[j - j0]
+        lanes[j - j0] = s[j] if (s[j] > lanes[j - j0] or s[j] != s[j]) else lanes[j - j0]
     m = lanes[0]
     for l in range(1, NL):
-        m = lanes[l] if lanes[l] > m else m
+        m = lanes[l] if (lanes[l] > m or lanes[l] != lanes[l]) else m
     return m
 
 
@@ -238,7 +239,7 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t j
     cdef real_t m = row_max(s, n)
     cdef real_t total
-    if not (m > -INFINITY):
+    if m == -INFINITY:
         for j in range(n):
             s[j] = 0
         return

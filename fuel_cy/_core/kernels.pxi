@@ -88,8 +88,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, 
             srow = S + r * BC
             transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
             mt = row_max(srow, nc)
-            mn = mt if mt > m[r] else m[r]
-            if not (mn > -INFINITY):
+            mn = mt if (mt > m[r] or mt != mt) else m[r]
+            if mn == -INFINITY:
                 zero(srow, nc)
                 continue
             alpha = EXP(tag, R(tag, m[r] - mn))
