@@ -59,7 +59,7 @@ class RunResult:
         return "\n".join(lines)
 
 
-def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[str, Any], Any]:
+def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[str, Any], Callable[[], Any]]:
     import fuel_cy
 
     entry = fuel_cy.registry.get(spec.kernel)
@@ -86,8 +86,7 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
         lens = rng.integers(0, maxb * kc.shape[1] + 1, size=b).astype(np.uint32)
         alibi = rng.random(q.shape[1]).astype(T) if spec.alibi else None
         args = [q, kc, vc, table, lens, alibi]
-        ref = reference.paged_attention(q, kc, vc, table, lens, alibi, **params)
-        return args, params, ref
+        return args, params, lambda: reference.paged_attention(q, kc, vc, table, lens, alibi, **params)
     q = rand(shapes["q"])
     k = rand(shapes["k"])
     v = rand(shapes.get("v", shapes["k"]))
@@ -97,20 +96,20 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
         params["window_size_left"], params["window_size_right"] = spec.window
     if spec.kernel == "attention_flash_backward":
         do = rand(shapes.get("do_grad", q.shape))
-        ref = reference.attention_backward(q, k, v, do, alibi, **params)
-        return [q, k, v, do, alibi], params, ref
+        return [q, k, v, do, alibi], params, lambda: reference.attention_backward(q, k, v, do, alibi, **params)
     if spec.k_len is not None:
         params["k_len"] = spec.k_len
-    return [q, k, v, alibi], params, reference.attention(q, k, v, alibi, **params)
+    return [q, k, v, alibi], params, lambda: reference.attention(q, k, v, alibi, **params)
 
 
 def run_kernel(spec: RunSpec, repeats: int = 3) -> RunResult:
     import fuel_cy
 
     rng = np.random.default_rng(spec.seed)
-    args, params, ref = _inputs(spec, rng)
+    args, params, reference_of = _inputs(spec, rng)
     fn = fuel_cy.registry[spec.kernel].fn
-    out = fn(*args, **params)
+    out = fn(*args, **params)  # validates first: a shape outside the contract is an InputError
+    ref = reference_of()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -379,13 +379,15 @@ def _cost(top: Reader) -> Cost:
     flops = _formula(r, "flops")
     bytes_moved = _formula(r, "bytes_moved")
     overhead = r.number_or_null("overhead_ns")
+    lines = [("cost.flops", r.line_of("flops")), ("cost.bytes_moved", r.line_of("bytes_moved"))]
     m = r.sub("memory")
     memory = Memory(zero, zero, zero)
     if m is not None:
+        lines += [(f"cost.memory.{key}", m.line_of(key)) for key in ("device_bytes", "host_bytes", "disk_bytes")]
         memory = Memory(_formula(m, "device_bytes"), _formula(m, "host_bytes"), _formula(m, "disk_bytes"))
         m.finish()
     r.finish()
-    return Cost(provenance, cls, flops, bytes_moved, overhead, memory)
+    return Cost(provenance, cls, flops, bytes_moved, overhead, memory, tuple(lines))
 
 
 def _precision(top: Reader) -> Precision:

@@ -58,9 +58,8 @@ def check_kernel(k: Kernel, fused_ops: Mapping[str, FusedOpInfo], problems: Coll
             if spec.is_float is False and d in ("F32", "F64", "BF16", "F16"):
                 add(spec.loc.line, kp + ".dtypes", "an input mixes float and integer dtypes")
                 break
-    float_lists = {i.dtypes for i in k.inputs if i.is_float}
-    if len(float_lists) > 1:
-        add(k.loc.line, "accept.inputs", "float inputs must accept the same dtype list (they share one element type T)")
+    if k.inputs and not k.float_dtypes:
+        add(k.loc.line, "accept.inputs", "no element type T is accepted by every float input")
 
     for f in k.op_params.fields:
         if f.name in ranks:
@@ -77,10 +76,11 @@ def check_kernel(k: Kernel, fused_ops: Mapping[str, FusedOpInfo], problems: Coll
                 ("cost.memory.host_bytes", k.cost.memory.host_bytes),
                 ("cost.memory.disk_bytes", k.cost.memory.disk_bytes)]
     for keypath, formula in formulas:
+        line = k.cost.line_of(keypath, k.loc.line)
         for sym in sorted(formula.symbols - allowed):
-            add(k.loc.line, keypath, f"unknown symbol {sym!r} in {str(formula)!r} (known: {', '.join(sorted(allowed))})")
+            add(line, keypath, f"unknown symbol {sym!r} in {str(formula)!r} (known: {', '.join(sorted(allowed))})")
         for ref in formula.dimrefs:
-            _check_dimref(ref, k, add, k.loc.line, keypath)
+            _check_dimref(ref, k, add, line, keypath)
 
     for o in k.returns.items:
         for rule in (o.dtype_source, o.shape_source):

@@ -132,6 +132,10 @@ class Cost:
     bytes_moved: Formula
     overhead_ns: Optional[float]
     memory: Memory
+    lines: tuple[tuple[str, int], ...] = field(default=(), compare=False, repr=False)
+
+    def line_of(self, keypath: str, default: int) -> int:
+        return dict(self.lines).get(keypath, default)
 
 
 @dataclass(frozen=True)
@@ -186,8 +190,11 @@ class Kernel:
 
     @property
     def float_dtypes(self) -> tuple[str, ...]:
-        """The element types T the kernel accepts (the first float input decides)."""
-        return next(i.dtypes for i in self.inputs if i.is_float)
+        """Element types T accepted by every float input (they share one T), in contract order."""
+        lists = [i.dtypes for i in self.inputs if i.is_float and not i.optional]
+        if not lists:
+            return ()
+        return tuple(d for d in lists[0] if all(d in other for other in lists[1:]))
 
     @property
     def symbols(self) -> dict[str, tuple[str, int]]:
