@@ -1,0 +1,76 @@
+"""Pages fed by measured result files (benchmarks/results/*.json), stamped with machine and date."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("benchmarks") / "results"
+
+
+def _load(root: Path, name: str) -> Any:
+    path = root / RESULTS / name
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _stamp(data: dict) -> str:
+    m = data.get("machine", {})
+    return (f"Measured on {data.get('date', '?')} — {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
+            f"{m.get('threads', '?')} threads; build flags `{' '.join(m.get('flags', []))}`.")
+
+
+def performance_page(root: Path) -> str:
+    data = _load(root, "bench.json")
+    lines = ["---", "title: Performance", "---", "# Performance", ""]
+    if not data:
+        lines.append("No benchmark results yet: run `fuel-cy bench --json benchmarks/results/bench.json "
+                     "--plot benchmarks/results/bench.png` and rebuild the site.")
+        return "\n".join(lines) + "\n"
+    lines += [_stamp(data), "",
+              "Ours and the peers run in one process, interleaved, median of the repetitions after warm-up. "
+              "`ratio` is peer time / our time (above 1: we are faster). `% GEMM` compares our GFLOP/s with "
+              "the f32 GEMM rate measured in the same run.", ""]
+    if data.get("gemm_gflops"):
+        lines.append(f"Measured f32 GEMM rate: **{data['gemm_gflops']:.1f} GFLOP/s**.\n")
+    rows = [[r["kernel"], r["dtype"], r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}",
+             r.get("peer", "—"), "—" if r.get("peer_ms") is None else f"{r['peer_ms']:.2f}",
+             "—" if r.get("ratio") is None else f"{r['ratio']:.2f}×",
+             "—" if r.get("pct_gemm") is None else f"{r['pct_gemm']:.0f}%"] for r in data["rows"]]
+    lines.append(_table(["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"], rows))
+    if (root / RESULTS / "bench.png").exists():
+        lines += ["", "![benchmark plot](bench.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def precision_page(root: Path) -> str:
+    from ..tolerance import __doc__ as bounds_doc
+
+    data = _load(root, "precision.json")
+    lines = ["---", "title: Precision", "---", "# Precision", "",
+             "Every kernel is checked against an independent float64 reference. The documented bounds:", "",
+             "```text", (bounds_doc or "").strip(), "```", ""]
+    if data:
+        lines += [_stamp(data), "",
+                  _table(["kernel", "dtype", "shape", "max rel. error", "bound", "within"],
+                         [[r["kernel"], r["dtype"], r["shape"], f"{r['error']:.2e}", f"{r['bound']:.1e}",
+                           "yes" if r["ok"] else "**no**"] for r in data["rows"]])]
+    else:
+        lines.append("No audit file yet: `fuel-cy demo --json benchmarks/results/precision.json` writes one.")
+    return "\n".join(lines) + "\n"
+
+
+def render_results_pages(root: Path) -> dict[str, Any]:
+    pages: dict[str, Any] = {"performance.md": performance_page(root), "precision.md": precision_page(root)}
+    png = root / RESULTS / "bench.png"
+    if png.exists():
+        pages["bench.png"] = png.read_bytes()
+    return pages
