@@ -89,8 +89,9 @@ def _page_view(doc, kernel, fused, digest, rel) -> dict[str, Any]:
     v["wiring"] = _wiring(kernel.name, v["exec_arm"], v["exec_dtypes"])
     v["variant"] = kernel.op_params.variant
     for i, spec in zip(v["inputs"], kernel.inputs):
-        rules = [f"{key}: {spec.layout_policy(key)}" for key in LAYOUT_ORDER if key in dict(spec.layout)]
-        i["layout_text"] = "<br>".join(rules) or "any"
+        by_policy = {p: [key for key in LAYOUT_ORDER if key in dict(spec.layout) and spec.layout_policy(key) == p]
+                     for p in ("required", "rejected", "accepted")}
+        i["layout_text"] = "<br>".join(f"{p}: {', '.join(keys)}" for p, keys in by_policy.items() if keys) or "any"
         i["constraint_text"] = f"`{spec.shape_constraint}`" if spec.shape_constraint else ""
     for p, f in zip(v["params"], kernel.op_params.fields):
         p["constraint_text"] = str(f.constraint) if f.constraint else ""

@@ -1,0 +1,142 @@
+"""The reference site: strict build, a real headless Chromium, and contract edits that show up."""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fuel_cy.contract import load_contracts
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.browser
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def build_site(project: Path, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(project)}
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                          cwd=project, capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    r = build_site(ROOT, out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "WARNING" not in r.stderr, r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert CHROMIUM and CHROMEDRIVER, "install Debian's chromium and chromium-driver (.ci/run does)"
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1600"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    yield driver
+    driver.quit()
+
+
+def _severe(driver):
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+KERNELS = [k for d in load_contracts(ROOT / "contracts") for k in d.kernels]
+
+
+def test_home_page_renders(browser, server):
+    browser.get(server + "/")
+    assert "fuel_cy" in browser.title
+    h1 = browser.find_element("css selector", "article h1")
+    assert h1.text == "fuel_cy"
+    assert "pip install" in browser.find_element("css selector", "article").text
+    assert not _severe(browser)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=[k.name for k in KERNELS])
+def test_kernel_page_shows_its_inputs_table(browser, server, kernel):
+    browser.get(f"{server}/kernels/{kernel.name}/")
+    tables = browser.find_elements("css selector", "article table")
+    inputs = next(t for t in tables if t.find_elements("css selector", "th") and
+                  [th.text for th in t.find_elements("css selector", "th")][:3] == ["#", "name", "dtypes"])
+    names = [row.find_elements("css selector", "td")[1].text for row in inputs.find_elements("css selector", "tbody tr")]
+    assert names == [i.name for i in kernel.inputs]
+    assert kernel.blurb[:40] in browser.find_element("css selector", "article").text
+    assert not _severe(browser)
+    if kernel.name == "attention_paged_naive":
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "kernel_page.png"))
+        assert (ARTIFACTS / "kernel_page.png").stat().st_size > 10_000
+
+
+def test_search_finds_the_paged_kernel(browser, server):
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server + "/")
+    box = WebDriverWait(browser, 10).until(ec.element_to_be_clickable(("css selector", "input.md-search__input")))
+    box.click()
+    box.send_keys("paged")
+    results = "Array.from(document.querySelectorAll('.md-search-result__item')).map(e => e.textContent).join(' ')"
+    WebDriverWait(browser, 20).until(lambda d: "attention_paged_naive" in d.execute_script("return " + results))
+    assert not _severe(browser)
+
+
+def test_api_page_shows_real_signatures(browser, server):
+    browser.get(server + "/api/")
+    text = browser.find_element("css selector", "article").text
+    assert "attention_flash(q, k, v, alibi_slopes=None, *, softmax_scale=None, causal=False" in text
+    for name in ("window_size_left", "k_len", "softcap", "InputError", "dispatch", "KernelEntry"):
+        assert name in text
+    assert not _severe(browser)
+
+
+def test_editing_a_contract_changes_the_page(tmp_path):
+    proj = tmp_path / "proj"
+    ignore = shutil.ignore_patterns("*.so", "*.c", "__pycache__", "build")
+    for name in ("contracts", "templates", "fuel_cy", "site", "benchmarks"):
+        if (ROOT / name).exists():
+            shutil.copytree(ROOT / name, proj / name, ignore=ignore)
+    shutil.copy(ROOT / "mkdocs.yml", proj / "mkdocs.yml")
+    contract = proj / "contracts" / "fuel-reference-backend.md"
+    text = contract.read_text()
+    text = text.replace("FlashAttention-v2 forward; tiled online softmax", "EDITED BLURB for the flash kernel", 1)
+    anchor = '      shape_constraint: "dim[0]=q.dim[1]"\n      optional: true\nop_params:\n  variant: FlashAttn # FusedOpParams::FlashAttn (fused namespace; §3.7)\n  fields:\n    softmax_scale: { kind: f32 }\n    causal: { kind: bool }\n    window_size_left: { kind: "Option<usize>" }\n    window_size_right: { kind: "Option<usize>" }\n    softcap: { kind: "Option<f32>" }\n    k_len: { kind: "Option<DynScalar>", note: "None ⇒ full Sk; rides'
+    assert anchor in text
+    text = text.replace(anchor, anchor.replace("      optional: true\nop_params:",
+                                               "      optional: true\n    - name: attention_sink\n      dtypes: [F32]\n      rank: 1 # [Hq]\n      optional: true\nop_params:"), 1)
+    contract.write_text(text)
+    out = tmp_path / "out"
+    r = build_site(proj, out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = (out / "kernels" / "attention_flash" / "index.html").read_text()
+    assert "EDITED BLURB for the flash kernel" in page and "attention_sink" in page
+    naive = (out / "kernels" / "attention_naive" / "index.html").read_text()
+    assert "attention_sink" not in naive
