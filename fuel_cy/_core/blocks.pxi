@@ -72,21 +72,30 @@ cdef inline void transform_row(rnd_t tag, real_t* s, Py_ssize_t n, Py_ssize_t j0
 
 
 cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
-    """max(s), propagating NaN (so NaN in the data reaches the output, as IEEE arithmetic would)."""
+    """max(s), propagating NaN (so NaN in the data reaches the output, as IEEE arithmetic would).
+    NaN is tracked in its own lanes so the max stays a plain vectorizable select."""
     cdef real_t lanes[NL]
+    cdef int nan_lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
-    cdef real_t m
+    cdef real_t m, x
     for l in range(NL):
         lanes[l] = -INFINITY
+        nan_lanes[l] = 0
     while j0 + NL <= n:
         for l in range(NL):
-            lanes[l] = s[j0 + l] if (s[j0 + l] > lanes[l] or s[j0 + l] != s[j0 + l]) else lanes[l]
+            x = s[j0 + l]
+            lanes[l] = x if x > lanes[l] else lanes[l]
+            nan_lanes[l] = nan_lanes[l] | (x != x)
         j0 += NL
     for j in range(j0, n):
-        lanes[j - j0] = s[j] if (s[j] > lanes[j - j0] or s[j] != s[j]) else lanes[j - j0]
+        x = s[j]
+        lanes[j - j0] = x if x > lanes[j - j0] else lanes[j - j0]
+        nan_lanes[j - j0] = nan_lanes[j - j0] | (x != x)
     m = lanes[0]
-    for l in range(1, NL):
-        m = lanes[l] if (lanes[l] > m or lanes[l] != lanes[l]) else m
+    for l in range(NL):
+        m = lanes[l] if lanes[l] > m else m
+        if nan_lanes[l]:
+            return NAN
     return m
 
 
@@ -142,6 +151,12 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
                          real_t* S, Py_ssize_t lds) noexcept nogil:
     """S[i, j] = sum_d Q[i, d] * Kt[d, j] for BC columns; sequential over d per (i, j).
     Q rows (stride D) must be padded to a multiple of NR rows."""
+    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_simd.h)
+        if real_t is float:
+            fc_qk_f32(Q, nrows4, D, Kt, S, lds)
+        else:
+            fc_qk_f64(Q, nrows4, D, Kt, S, lds)
+        return
     cdef real_t acc0[NL]
     cdef real_t acc1[NL]
     cdef real_t acc2[NL]
@@ -177,6 +192,12 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
 cdef inline void pv_accum(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols,
                           real_t** vrows, Py_ssize_t D, real_t* O, Py_ssize_t ldo) noexcept nogil:
     """O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j (rows padded to NR)."""
+    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_simd.h)
+        if real_t is float:
+            fc_pv_f32(P, ldp, nrows4, ncols, vrows, D, O, ldo)
+        else:
+            fc_pv_f64(P, ldp, nrows4, ncols, vrows, D, O, ldo)
+        return
     cdef real_t acc0[NL]
     cdef real_t acc1[NL]
     cdef real_t acc2[NL]

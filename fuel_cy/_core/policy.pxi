@@ -7,7 +7,7 @@
 # which is what a generic kernel over half::bf16 / half::f16 computes ("math in T").
 # (Cython merges typedefs of one base type, hence a separate tag rather than four real types.)
 
-from libc.math cimport exp, tanh, tanhf, INFINITY
+from libc.math cimport exp, tanh, tanhf, INFINITY, NAN
 
 cdef extern from "fc_math.h" nogil:
     float fc_round_bf16(float x)
@@ -31,6 +31,14 @@ ctypedef fused rnd_t:
     RoundNone
     RoundBF16
     RoundF16
+
+cdef extern from "fc_simd.h" nogil:
+    void fc_qk_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds)
+    void fc_qk_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S, Py_ssize_t lds)
+    void fc_pv_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
+                   Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, double** vrows,
+                   Py_ssize_t D, double* O, Py_ssize_t ldo)
 
 ctypedef fused real_t:
     float

@@ -22,4 +22,4 @@ POLICIES: Mapping[str, tuple[str, str, str]] = {
 }
 INT_WORK = {"U32": ("unsigned int", "uint32")}
 
-CORE_SOURCES = ("fc_math.h", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")
+CORE_SOURCES = ("fc_math.h", "fc_simd.h", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")

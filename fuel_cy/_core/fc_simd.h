@@ -1,0 +1,91 @@
+/* Register-blocked micro-kernels for the un-rounded policies (f32, f64), written with GCC/Clang
+ * vector extensions so the compiler cannot reshape them (left alone, gcc vectorized the wrong loop
+ * of pv_accum and gathered).  They compute exactly what blocks.pxi's generic loops define:
+ * every output element is a sequential sum over the contraction index, so results do not depend
+ * on blocking or threads.  Hand-written; included by the generated extension. */
+#ifndef FUEL_CY_FC_SIMD_H
+#define FUEL_CY_FC_SIMD_H
+#include <stddef.h>
+#include <string.h>
+
+#define FC_BC 128
+
+#define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
+typedef T fc_vec_##SUF __attribute__((vector_size(64)));                                        \
+static inline fc_vec_##SUF fc_load_##SUF(const T* p) { fc_vec_##SUF v; memcpy(&v, p, 64); return v; } \
+static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, 64); }                  \
+                                                                                                 \
+/* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0. */      \
+static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
+                               T* S, ptrdiff_t lds) {                                            \
+    for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                                  \
+        const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                      \
+        for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 2 * W) {                                        \
+            fc_vec_##SUF a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0};                             \
+            fc_vec_##SUF a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};                             \
+            const T* kp = Kt + j0;                                                               \
+            for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                     \
+                fc_vec_##SUF k0 = fc_load_##SUF(kp), k1 = fc_load_##SUF(kp + W);                 \
+                a00 += q0[d] * k0; a01 += q0[d] * k1;                                            \
+                a10 += q1[d] * k0; a11 += q1[d] * k1;                                            \
+                a20 += q2[d] * k0; a21 += q2[d] * k1;                                            \
+                a30 += q3[d] * k0; a31 += q3[d] * k1;                                            \
+            }                                                                                    \
+            T* s = S + i * lds + j0;                                                             \
+            fc_store_##SUF(s, a00); fc_store_##SUF(s + W, a01); s += lds;                        \
+            fc_store_##SUF(s, a10); fc_store_##SUF(s + W, a11); s += lds;                        \
+            fc_store_##SUF(s, a20); fc_store_##SUF(s + W, a21); s += lds;                        \
+            fc_store_##SUF(s, a30); fc_store_##SUF(s + W, a31);                                  \
+        }                                                                                        \
+    }                                                                                            \
+}                                                                                                \
+                                                                                                 \
+/* O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j, rows in groups of 4. */            \
+static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,   \
+                               T* const* vrows, ptrdiff_t D, T* O, ptrdiff_t ldo) {              \
+    for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                                  \
+        const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;               \
+        T *o0 = O + i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;                     \
+        ptrdiff_t d0 = 0;                                                                        \
+        for (; d0 + 2 * W <= D; d0 += 2 * W) {                                                   \
+            fc_vec_##SUF a00 = fc_load_##SUF(o0 + d0), a01 = fc_load_##SUF(o0 + d0 + W);         \
+            fc_vec_##SUF a10 = fc_load_##SUF(o1 + d0), a11 = fc_load_##SUF(o1 + d0 + W);         \
+            fc_vec_##SUF a20 = fc_load_##SUF(o2 + d0), a21 = fc_load_##SUF(o2 + d0 + W);         \
+            fc_vec_##SUF a30 = fc_load_##SUF(o3 + d0), a31 = fc_load_##SUF(o3 + d0 + W);         \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                const T* v = vrows[j] + d0;                                                      \
+                fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                   \
+                a00 += p0[j] * v0; a01 += p0[j] * v1;                                            \
+                a10 += p1[j] * v0; a11 += p1[j] * v1;                                            \
+                a20 += p2[j] * v0; a21 += p2[j] * v1;                                            \
+                a30 += p3[j] * v0; a31 += p3[j] * v1;                                            \
+            }                                                                                    \
+            fc_store_##SUF(o0 + d0, a00); fc_store_##SUF(o0 + d0 + W, a01);                      \
+            fc_store_##SUF(o1 + d0, a10); fc_store_##SUF(o1 + d0 + W, a11);                      \
+            fc_store_##SUF(o2 + d0, a20); fc_store_##SUF(o2 + d0 + W, a21);                      \
+            fc_store_##SUF(o3 + d0, a30); fc_store_##SUF(o3 + d0 + W, a31);                      \
+        }                                                                                        \
+        for (; d0 + W <= D; d0 += W) {                                                           \
+            fc_vec_##SUF a0 = fc_load_##SUF(o0 + d0), a1 = fc_load_##SUF(o1 + d0);               \
+            fc_vec_##SUF a2 = fc_load_##SUF(o2 + d0), a3 = fc_load_##SUF(o3 + d0);               \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                fc_vec_##SUF v0 = fc_load_##SUF(vrows[j] + d0);                                  \
+                a0 += p0[j] * v0; a1 += p1[j] * v0; a2 += p2[j] * v0; a3 += p3[j] * v0;          \
+            }                                                                                    \
+            fc_store_##SUF(o0 + d0, a0); fc_store_##SUF(o1 + d0, a1);                            \
+            fc_store_##SUF(o2 + d0, a2); fc_store_##SUF(o3 + d0, a3);                            \
+        }                                                                                        \
+        for (; d0 < D; d0++) {                                                                   \
+            T a0 = o0[d0], a1 = o1[d0], a2 = o2[d0], a3 = o3[d0];                                \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                T v = vrows[j][d0];                                                              \
+                a0 += p0[j] * v; a1 += p1[j] * v; a2 += p2[j] * v; a3 += p3[j] * v;              \
+            }                                                                                    \
+            o0[d0] = a0; o1[d0] = a1; o2[d0] = a2; o3[d0] = a3;                                  \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+FC_DEFINE_KERNELS(float, f32, 16)
+FC_DEFINE_KERNELS(double, f64, 8)
+#endif
