@@ -4,10 +4,12 @@ Errors are measured as max|out - ref| / max(max|ref|, tiny).
 
 - f64: 1e-12 (1e-10 for the backward, whose gradients sum more terms).
 - f32: 2e-5 forward, 1e-4 backward.
-- bf16 / f16 ("math in T": every step rounded to T): 4 * u * sqrt(D + Sk) forward and
-  12 * u * sqrt(D + Sk) backward, where u is the unit roundoff of T (2^-8 for bf16, 2^-11 for
+- bf16 / f16 ("math in T": every step rounded to T): 8 * u * sqrt(D + Sk) forward and
+  4 * u * sqrt(D + Sk) backward, where u is the unit roundoff of T (2^-8 for bf16, 2^-11 for
   f16).  The square root reflects that rounding errors of independent steps add like a random
-  walk; the factor was checked over the randomized cases of the test suite.
+  walk.  Over the test suite's randomized cases (3 seeds each) the worst observed factors were
+  6.4 forward (Sq = 1, Sk = 300: outputs are averages of many rows, small next to their error)
+  and 1.0 backward.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def bound(dtype: str, d: int, sk: int, backward: bool = False) -> float:
         return 1e-10 if backward else 1e-12
     if dtype == "F32":
         return 1e-4 if backward else 2e-5
-    factor = 12.0 if backward else 4.0
+    factor = 4.0 if backward else 8.0
     return factor * UNIT_ROUNDOFF[dtype] * math.sqrt(max(d + sk, 1))
 
 

@@ -92,8 +92,9 @@ HALF_CASES = [c for c in CASES if c[0] in ("gqa2", "all-combined", "softcap", "d
 @pytest.mark.parametrize("kernel", ["attention_naive", "attention_flash"])
 @pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
 @pytest.mark.parametrize("case", HALF_CASES, ids=[c[0] for c in HALF_CASES])
-def test_half_types_within_documented_bound(kernel, code, dtype, case):
-    q, k, v, slopes, params = _make(case, dtype)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_half_types_within_documented_bound(kernel, code, dtype, case, seed):
+    q, k, v, slopes, params = _make(case, dtype, seed)
     out = getattr(fuel_cy, kernel)(q, k, v, slopes, **params)
     assert out.dtype == np.dtype(dtype)
     expected = _reference(q, k, v, slopes, params)

@@ -72,30 +72,29 @@ cdef inline void transform_row(rnd_t tag, real_t* s, Py_ssize_t n, Py_ssize_t j0
 
 
 cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
-    """max(s), propagating NaN (so NaN in the data reaches the output, as IEEE arithmetic would).
-    NaN is tracked in its own lanes so the max stays a plain vectorizable select."""
+    """max(s), propagating NaN as IEEE arithmetic would.  The hot loop is a plain vectorizable
+    max that skips NaN; NaN only changes the outcome when every other score is -inf (it then
+    shows up in exp(s - m) anyway), so only that rare case scans for it."""
     cdef real_t lanes[NL]
-    cdef int nan_lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t m, x
     for l in range(NL):
         lanes[l] = -INFINITY
-        nan_lanes[l] = 0
     while j0 + NL <= n:
         for l in range(NL):
             x = s[j0 + l]
             lanes[l] = x if x > lanes[l] else lanes[l]
-            nan_lanes[l] = nan_lanes[l] | (x != x)
         j0 += NL
     for j in range(j0, n):
         x = s[j]
         lanes[j - j0] = x if x > lanes[j - j0] else lanes[j - j0]
-        nan_lanes[j - j0] = nan_lanes[j - j0] | (x != x)
     m = lanes[0]
-    for l in range(NL):
+    for l in range(1, NL):
         m = lanes[l] if lanes[l] > m else m
-        if nan_lanes[l]:
-            return NAN
+    if m == -INFINITY:
+        for j in range(n):
+            if s[j] != s[j]:
+                return s[j]
     return m
 
 
@@ -112,6 +111,29 @@ cdef inline real_t sum16(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         j0 += NL
     for j in range(j0, n):
         lanes[j - j0] = R(tag, lanes[j - j0] + s[j])
+    total = lanes[0]
+    for l in range(1, NL):
+        total = R(tag, total + lanes[l])
+    return total
+
+
+cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t scale, real_t m) noexcept nogil:
+    """In place s[j] = exp(scale * s[j] - m); returns their sum in sum16's lane order."""
+    cdef real_t lanes[NL]
+    cdef Py_ssize_t j, l, j0 = 0
+    cdef real_t total, e
+    for l in range(NL):
+        lanes[l] = 0
+    while j0 + NL <= n:
+        for l in range(NL):
+            e = EXP(tag, R(tag, R(tag, scale * s[j0 + l]) - m))
+            s[j0 + l] = e
+            lanes[l] = R(tag, lanes[l] + e)
+        j0 += NL
+    for j in range(j0, n):
+        e = EXP(tag, R(tag, R(tag, scale * s[j]) - m))
+        s[j] = e
+        lanes[j - j0] = R(tag, lanes[j - j0] + e)
     total = lanes[0]
     for l in range(1, NL):
         total = R(tag, total + lanes[l])

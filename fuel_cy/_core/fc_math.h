@@ -56,7 +56,12 @@ static inline float fc_f16_bits_to_f32(uint16_t h) {
     }
     return fc_u2f(sign | ((e + 112u) << 23) | (m << 13));
 }
+#if defined(__F16C__) && defined(__FLT16_MAX__)
+/* Hardware conversion (vcvtps2ph/vcvtph2ps): the same round-to-nearest-even, and vectorizable. */
+static inline float fc_round_f16(float f) { return (float)(_Float16)f; }
+#else
 static inline float fc_round_f16(float f) { return fc_f16_bits_to_f32(fc_f32_to_f16_bits(f)); }
+#endif
 
 /* Vectorizable expf (Cephes polynomial, ~1-2 ulp).  Results below ~exp(-86.5) flush to 0,
  * above 88.72 give +inf, NaN propagates.  No -ffast-math needed: gcc vectorizes the selects. */

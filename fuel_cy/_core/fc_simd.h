@@ -18,9 +18,9 @@ static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, 64); }  
 /* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0. */      \
 static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
                                T* S, ptrdiff_t lds) {                                            \
-    for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                                  \
-        const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                      \
-        for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 2 * W) {                                        \
+    for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 2 * W) {  /* the Kt slice [D][2W] stays in L1 */    \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                  \
             fc_vec_##SUF a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0};                             \
             fc_vec_##SUF a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};                             \
             const T* kp = Kt + j0;                                                               \
@@ -40,18 +40,19 @@ static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const 
     }                                                                                            \
 }                                                                                                \
                                                                                                  \
-/* O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j, rows in groups of 4. */            \
+/* O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j, rows in groups of 4.  Column     \
+ * blocks are the outer loop so each V slice [ncols][2W] stays in L1 across row groups. */       \
 static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,   \
                                T* const* vrows, ptrdiff_t D, T* O, ptrdiff_t ldo) {              \
-    for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                                  \
-        const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;               \
-        T *o0 = O + i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;                     \
-        ptrdiff_t d0 = 0;                                                                        \
-        for (; d0 + 2 * W <= D; d0 += 2 * W) {                                                   \
-            fc_vec_##SUF a00 = fc_load_##SUF(o0 + d0), a01 = fc_load_##SUF(o0 + d0 + W);         \
-            fc_vec_##SUF a10 = fc_load_##SUF(o1 + d0), a11 = fc_load_##SUF(o1 + d0 + W);         \
-            fc_vec_##SUF a20 = fc_load_##SUF(o2 + d0), a21 = fc_load_##SUF(o2 + d0 + W);         \
-            fc_vec_##SUF a30 = fc_load_##SUF(o3 + d0), a31 = fc_load_##SUF(o3 + d0 + W);         \
+    ptrdiff_t d0 = 0;                                                                            \
+    for (; d0 + 2 * W <= D; d0 += 2 * W) {                                                       \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
+            T *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;            \
+            fc_vec_##SUF a00 = fc_load_##SUF(o0), a01 = fc_load_##SUF(o0 + W);                   \
+            fc_vec_##SUF a10 = fc_load_##SUF(o1), a11 = fc_load_##SUF(o1 + W);                   \
+            fc_vec_##SUF a20 = fc_load_##SUF(o2), a21 = fc_load_##SUF(o2 + W);                   \
+            fc_vec_##SUF a30 = fc_load_##SUF(o3), a31 = fc_load_##SUF(o3 + W);                   \
             for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
                 const T* v = vrows[j] + d0;                                                      \
                 fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                   \
@@ -60,28 +61,36 @@ static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrd
                 a20 += p2[j] * v0; a21 += p2[j] * v1;                                            \
                 a30 += p3[j] * v0; a31 += p3[j] * v1;                                            \
             }                                                                                    \
-            fc_store_##SUF(o0 + d0, a00); fc_store_##SUF(o0 + d0 + W, a01);                      \
-            fc_store_##SUF(o1 + d0, a10); fc_store_##SUF(o1 + d0 + W, a11);                      \
-            fc_store_##SUF(o2 + d0, a20); fc_store_##SUF(o2 + d0 + W, a21);                      \
-            fc_store_##SUF(o3 + d0, a30); fc_store_##SUF(o3 + d0 + W, a31);                      \
+            fc_store_##SUF(o0, a00); fc_store_##SUF(o0 + W, a01);                                \
+            fc_store_##SUF(o1, a10); fc_store_##SUF(o1 + W, a11);                                \
+            fc_store_##SUF(o2, a20); fc_store_##SUF(o2 + W, a21);                                \
+            fc_store_##SUF(o3, a30); fc_store_##SUF(o3 + W, a31);                                \
         }                                                                                        \
-        for (; d0 + W <= D; d0 += W) {                                                           \
-            fc_vec_##SUF a0 = fc_load_##SUF(o0 + d0), a1 = fc_load_##SUF(o1 + d0);               \
-            fc_vec_##SUF a2 = fc_load_##SUF(o2 + d0), a3 = fc_load_##SUF(o3 + d0);               \
+    }                                                                                            \
+    for (; d0 + W <= D; d0 += W) {                                                               \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
+            T *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;            \
+            fc_vec_##SUF a0 = fc_load_##SUF(o0), a1 = fc_load_##SUF(o1);                         \
+            fc_vec_##SUF a2 = fc_load_##SUF(o2), a3 = fc_load_##SUF(o3);                         \
             for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
                 fc_vec_##SUF v0 = fc_load_##SUF(vrows[j] + d0);                                  \
                 a0 += p0[j] * v0; a1 += p1[j] * v0; a2 += p2[j] * v0; a3 += p3[j] * v0;          \
             }                                                                                    \
-            fc_store_##SUF(o0 + d0, a0); fc_store_##SUF(o1 + d0, a1);                            \
-            fc_store_##SUF(o2 + d0, a2); fc_store_##SUF(o3 + d0, a3);                            \
+            fc_store_##SUF(o0, a0); fc_store_##SUF(o1, a1);                                      \
+            fc_store_##SUF(o2, a2); fc_store_##SUF(o3, a3);                                      \
         }                                                                                        \
-        for (; d0 < D; d0++) {                                                                   \
-            T a0 = o0[d0], a1 = o1[d0], a2 = o2[d0], a3 = o3[d0];                                \
+    }                                                                                            \
+    for (; d0 < D; d0++) {                                                                       \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
+            T *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;            \
+            T a0 = *o0, a1 = *o1, a2 = *o2, a3 = *o3;                                            \
             for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
                 T v = vrows[j][d0];                                                              \
                 a0 += p0[j] * v; a1 += p1[j] * v; a2 += p2[j] * v; a3 += p3[j] * v;              \
             }                                                                                    \
-            o0[d0] = a0; o1[d0] = a1; o2[d0] = a2; o3[d0] = a3;                                  \
+            *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;                                              \
         }                                                                                        \
     }                                                                                            \
 }

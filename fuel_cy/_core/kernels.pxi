@@ -63,6 +63,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, 
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t slope = slopes[h] if slopes != NULL else 0
     cdef real_t mt, mn, alpha, li
+    cdef bint plain
     nr = Sq - i0
     if nr > BR_FLASH:
         nr = BR_FLASH
@@ -84,18 +85,29 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, 
         if cls == 0:
             continue
         qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC)
+        # f32/f64 tiles with nothing but a positive scale take a fused path: the row max of the
+        # raw dots gives the max of the scores (rounding is monotonic), then one pass computes
+        # exp(scale * x - m), stores it and sums it.  Same math, two passes instead of four.
+        plain = rnd_t is RoundNone and cls == 2 and cap == 0 and slopes == NULL and scale > 0
         for r in range(nr):
             srow = S + r * BC
-            transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
-            mt = row_max(srow, nc)
+            if plain:
+                mt = R(tag, scale * row_max(srow, nc))
+            else:
+                transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
+                mt = row_max(srow, nc)
             mn = mt if (mt > m[r] or mt != mt) else m[r]
             if mn == -INFINITY:
                 zero(srow, nc)
                 continue
             alpha = EXP(tag, R(tag, m[r] - mn))
-            for jj in range(nc):
-                srow[jj] = EXP(tag, R(tag, srow[jj] - mn))
-            l[r] = R(tag, R(tag, l[r] * alpha) + sum16(tag, srow, nc))
+            if plain:
+                li = exp_scaled_sum(tag, srow, nc, scale, mn)
+            else:
+                for jj in range(nc):
+                    srow[jj] = EXP(tag, R(tag, srow[jj] - mn))
+                li = sum16(tag, srow, nc)
+            l[r] = R(tag, R(tag, l[r] * alpha) + li)
             if alpha != 1:
                 orow = O + r * D
                 for d in range(D):
