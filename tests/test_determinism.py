@@ -102,3 +102,13 @@ def test_concurrent_python_threads_match_serial():
     assert not errors
     assert len(results) == 24
     assert all(bits == serial[name] for name, bits in results)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_chunked_packing_gives_the_same_bits(dtype, monkeypatch):
+    # long sequences pack K in chunks of kv heads; chunk boundaries must not change any result
+    calls = [c for c in _calls(dtype) if c[0] != "attention_paged_naive"]
+    whole = {name: _bits(getattr(fuel_cy, name)(*args, **params)) for name, args, params in calls}
+    monkeypatch.setattr(_kernels, "PACKED_BUDGET_BYTES", 1)
+    for name, args, params in calls:
+        assert _bits(getattr(fuel_cy, name)(*args, **params)) == whole[name], name

@@ -24,8 +24,13 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sk):
     return o
 
 
-cdef inline real_t* _ptr(real_t[::1] a):
-    return &a[0] if a.shape[0] > 0 else NULL
+PACKED_BUDGET_BYTES = 32 * 1024 * 1024
+
+
+cdef Py_ssize_t _kv_chunk(Py_ssize_t per_head, Py_ssize_t itemsize, Py_ssize_t nkv_total):
+    """How many kv heads' packed operands to hold at once (at least one, at most all)."""
+    cdef Py_ssize_t fit = PACKED_BUDGET_BYTES // max(per_head * itemsize, 1)
+    return max(1, min(nkv_total, fit))
 
 
 cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
@@ -39,24 +44,34 @@ cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, rea
         return
     cdef AttnOpts o = _opts(params, sh.Sk)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
+    cdef Py_ssize_t per_head = ntiles * sh.D * BC
+    cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
+    cdef Py_ssize_t chunk = _kv_chunk(per_head, sizeof(real_t), nkv_total)
     dt = _work_dtype(<real_t*>NULL)
-    cdef real_t[::1] ktp = _np.empty(sh.B * sh.Hkv * ntiles * sh.D * BC, dtype=dt)
-    cdef Py_ssize_t ntasks, per_thread
+    cdef real_t[::1] ktp = _np.empty(chunk * per_head, dtype=dt)
+    cdef Py_ssize_t ntasks, per_thread, kv0, nkv
     if naive:
-        ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_NAIVE)
+        ntasks = chunk * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_NAIVE)
         per_thread = 2 * BR_NAIVE * sh.D + BR_NAIVE * ntiles * BC
     else:
-        ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_FLASH)
+        ntasks = chunk * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_FLASH)
         per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH
     cdef int nt = <int>min(nthreads, ntasks)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
     cdef real_t* sp = &slopes[0] if has_slopes else NULL
     with nogil:
-        pack_heads(&k[0], sh.B * sh.Hkv, sh.Sk, sh.D, &ktp[0], nt)
-        if naive:
-            naive_forward_core(tag, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o, &scratch[0], per_thread, nt)
-        else:
-            flash_forward_core(tag, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o, &scratch[0], per_thread, nt)
+        # kv heads in chunks, so the packed copy of K stays small however long the sequence
+        kv0 = 0
+        while kv0 < nkv_total:
+            nkv = min(chunk, nkv_total - kv0)
+            pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
+            if naive:
+                naive_forward_core(tag, kv0, nkv, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o,
+                                   &scratch[0], per_thread, nt)
+            else:
+                flash_forward_core(tag, kv0, nkv, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o,
+                                   &scratch[0], per_thread, nt)
+            kv0 += nkv
 
 
 cdef object drive_attention_flash(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
@@ -107,18 +122,26 @@ cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1]
         return
     cdef AttnOpts o = _opts(params, sh.Sk)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
+    cdef Py_ssize_t per_head = ntiles * sh.D * BC
+    cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
+    cdef Py_ssize_t chunk = _kv_chunk(2 * per_head, sizeof(real_t), nkv_total)
     dt = _work_dtype(<real_t*>NULL)
-    cdef real_t[::1] ktp = _np.empty(sh.B * sh.Hkv * ntiles * sh.D * BC, dtype=dt)
-    cdef real_t[::1] vtp = _np.empty(sh.B * sh.Hkv * ntiles * sh.D * BC, dtype=dt)
+    cdef real_t[::1] ktp = _np.empty(chunk * per_head, dtype=dt)
+    cdef real_t[::1] vtp = _np.empty(chunk * per_head, dtype=dt)
     cdef Py_ssize_t per_thread = 3 * BR_BWD * sh.D + 5 * BR_BWD * Skp + 2 * Skp * sh.D
-    cdef int nt = <int>min(nthreads, sh.B * sh.Hkv)
+    cdef int nt = <int>min(nthreads, chunk)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
     cdef real_t* sp = &slopes[0] if has_slopes else NULL
+    cdef Py_ssize_t kv0, nkv
     with nogil:
-        pack_heads(&k[0], sh.B * sh.Hkv, sh.Sk, sh.D, &ktp[0], nt)
-        pack_heads(&v[0], sh.B * sh.Hkv, sh.Sk, sh.D, &vtp[0], nt)
-        backward_core(tag, &q[0], &k[0], &ktp[0], &vtp[0], &dout[0], sp, &dq[0], &dk[0], &dv[0],
-                      &sh, &o, &scratch[0], per_thread, nt)
+        kv0 = 0
+        while kv0 < nkv_total:
+            nkv = min(chunk, nkv_total - kv0)
+            pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
+            pack_heads(&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &vtp[0], nt)
+            backward_core(tag, kv0, nkv, &q[0], &k[0], &ktp[0], &vtp[0], &dout[0], sp, &dq[0], &dk[0],
+                          &dv[0], &sh, &o, &scratch[0], per_thread, nt)
+            kv0 += nkv
 
 
 def _core_round(float[::1] x, str code):

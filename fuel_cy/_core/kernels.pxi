@@ -41,13 +41,15 @@ cdef void pack_heads(real_t* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, 
         pack_head_tile(k, task, ntiles, Sk, D, out)
 
 
-cdef inline void flash_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, real_t* v, real_t* slopes,
-                            real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp, real_t* v,
+                            real_t* slopes, real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+    # task -> (kv head kv0 + i, its query head g, query tile); ktp holds the packed K of kv heads from kv0
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
     cdef Py_ssize_t nqt = ceil_div(Sq, BR_FLASH), ntiles = ceil_div(Sk, BC)
-    cdef Py_ssize_t qt = task % nqt, bh = task // nqt
-    cdef Py_ssize_t h = bh % sh.Hq, b = bh // sh.Hq
-    cdef Py_ssize_t hk = h // (sh.Hq // sh.Hkv)
+    cdef Py_ssize_t G = sh.Hq // sh.Hkv
+    cdef Py_ssize_t qt = task % nqt, rest = task // nqt
+    cdef Py_ssize_t kvh = kv0 + rest // G
+    cdef Py_ssize_t b = kvh // sh.Hkv, hk = kvh % sh.Hkv, h = hk * G + rest % G
     cdef Py_ssize_t i0 = qt * BR_FLASH, nr, nr4, t, j0, nc, r, jj, d, kend, cls
     cdef real_t* Qs = buf
     cdef real_t* S = Qs + BR_FLASH * D
@@ -58,7 +60,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, 
     cdef real_t* srow
     cdef real_t* orow
     cdef real_t* vbase = v + (b * sh.Hkv + hk) * Sk * D
-    cdef real_t* kth = ktp + (b * sh.Hkv + hk) * ntiles * D * BC
+    cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t slope = slopes[h] if slopes != NULL else 0
@@ -125,29 +127,32 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, 
             orow[d] = R(tag, O[r * D + d] / li) if li != 0 else 0
 
 
-cdef void flash_forward_core(rnd_t tag, real_t* q, real_t* ktp, real_t* v, real_t* slopes, real_t* out,
-                             Shape* sh, AttnOpts* o, real_t* scratch, Py_ssize_t per_thread,
-                             int nthreads) noexcept nogil:
-    cdef Py_ssize_t ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_FLASH)
+cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* ktp, real_t* v,
+                             real_t* slopes, real_t* out, Shape* sh, AttnOpts* o, real_t* scratch,
+                             Py_ssize_t per_thread, int nthreads) noexcept nogil:
+    """Every query row served by kv heads [kv0, kv0 + nkv) (of the flattened B * Hkv)."""
+    cdef Py_ssize_t ntasks = nkv * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_FLASH)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
-        flash_task(tag, task, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
+        flash_task(tag, task, kv0, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
 
 
-cdef inline void naive_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, real_t* v, real_t* slopes,
-                            real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp, real_t* v,
+                            real_t* slopes, real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+    # task -> (kv head kv0 + i, its query head g, query tile); ktp holds the packed K of kv heads from kv0
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
     cdef Py_ssize_t nqt = ceil_div(Sq, BR_NAIVE), ntiles = ceil_div(Sk, BC), Skp = ntiles * BC
-    cdef Py_ssize_t qt = task % nqt, bh = task // nqt
-    cdef Py_ssize_t h = bh % sh.Hq, b = bh // sh.Hq
-    cdef Py_ssize_t hk = h // (sh.Hq // sh.Hkv)
+    cdef Py_ssize_t G = sh.Hq // sh.Hkv
+    cdef Py_ssize_t qt = task % nqt, rest = task // nqt
+    cdef Py_ssize_t kvh = kv0 + rest // G
+    cdef Py_ssize_t b = kvh // sh.Hkv, hk = kvh % sh.Hkv, h = hk * G + rest % G
     cdef Py_ssize_t i0 = qt * BR_NAIVE, nr, nr4, t, j0, nc, r, jj, d, kend
     cdef real_t* Qs = buf
     cdef real_t* O = Qs + BR_NAIVE * D
     cdef real_t* S = O + BR_NAIVE * D
     cdef real_t* rows[BC]
     cdef real_t* vbase = v + (b * sh.Hkv + hk) * Sk * D
-    cdef real_t* kth = ktp + (b * sh.Hkv + hk) * ntiles * D * BC
+    cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t slope = slopes[h] if slopes != NULL else 0
@@ -179,13 +184,14 @@ cdef inline void naive_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* ktp, 
             out[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = O[r * D + d]
 
 
-cdef void naive_forward_core(rnd_t tag, real_t* q, real_t* ktp, real_t* v, real_t* slopes, real_t* out,
-                             Shape* sh, AttnOpts* o, real_t* scratch, Py_ssize_t per_thread,
-                             int nthreads) noexcept nogil:
-    cdef Py_ssize_t ntasks = sh.B * sh.Hq * ceil_div(sh.Sq, BR_NAIVE)
+cdef void naive_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* ktp, real_t* v,
+                             real_t* slopes, real_t* out, Shape* sh, AttnOpts* o, real_t* scratch,
+                             Py_ssize_t per_thread, int nthreads) noexcept nogil:
+    """Every query row served by kv heads [kv0, kv0 + nkv) (of the flattened B * Hkv)."""
+    cdef Py_ssize_t ntasks = nkv * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_NAIVE)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
-        naive_task(tag, task, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
+        naive_task(tag, task, kv0, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
 
 
 cdef struct PagedShape:
@@ -288,12 +294,13 @@ cdef inline void transpose_pad(real_t* src, Py_ssize_t lds, Py_ssize_t nrows4, P
     zero(dst + ncols * nrows4, (ncols4 - ncols) * nrows4)
 
 
-cdef inline void backward_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* k, real_t* ktp, real_t* vtp,
+cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* k, real_t* ktp, real_t* vtp,
                                real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                                Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), Skp = ntiles * BC, Sk4 = (Sk + NR - 1) // NR * NR
-    cdef Py_ssize_t hk = task % sh.Hkv, b = task // sh.Hkv
+    cdef Py_ssize_t kvh = kv0 + task
+    cdef Py_ssize_t hk = kvh % sh.Hkv, b = kvh // sh.Hkv
     cdef Py_ssize_t g, h, qt, i0, nr, nr4, t, j0, nc, r, j, d
     cdef real_t* Qs = buf
     cdef real_t* dOs = Qs + BR_BWD * D
@@ -307,8 +314,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* k,
     cdef real_t* dVa = dKa + Skp * D
     cdef real_t* rows[BC]
     cdef real_t* kbase = k + (b * sh.Hkv + hk) * Sk * D
-    cdef real_t* kth = ktp + (b * sh.Hkv + hk) * ntiles * D * BC
-    cdef real_t* vth = vtp + (b * sh.Hkv + hk) * ntiles * D * BC
+    cdef real_t* kth = ktp + task * ntiles * D * BC
+    cdef real_t* vth = vtp + task * ntiles * D * BC
     cdef real_t* srow
     cdef real_t* dprow
     cdef real_t* trow
@@ -376,10 +383,11 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* k,
             dv[((b * sh.Hkv + hk) * Sk + j) * D + d] = dVa[j * D + d]
 
 
-cdef void backward_core(rnd_t tag, real_t* q, real_t* k, real_t* ktp, real_t* vtp, real_t* dout,
-                        real_t* slopes, real_t* dq, real_t* dk, real_t* dv, Shape* sh, AttnOpts* o,
-                        real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
+cdef void backward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* k, real_t* ktp,
+                        real_t* vtp, real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
+                        Shape* sh, AttnOpts* o, real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
+    """Gradients for kv heads [kv0, kv0 + nkv): each task owns one (batch, kv head)'s dK/dV."""
     cdef Py_ssize_t task
-    for task in prange(sh.B * sh.Hkv, schedule='dynamic', num_threads=nthreads):
-        backward_task(tag, task, q, k, ktp, vtp, dout, slopes, dq, dk, dv, sh, o,
+    for task in prange(nkv, schedule='dynamic', num_threads=nthreads):
+        backward_task(tag, task, kv0, q, k, ktp, vtp, dout, slopes, dq, dk, dv, sh, o,
                       scratch + threadid() * per_thread)
