@@ -1,0 +1,390 @@
+"""Benchmarks: ours vs PyTorch SDPA and NumPy, run side by side in one process (`fuel-cy bench`),
+and the cost-model judge (`fuel-cy calibrate`).
+
+Timing here is noisy, so every comparison is interleaved (ours, peer, ours, peer, ...) after a
+warm-up and reported as medians; ratios measured in the same run are what to read.  torch is an
+optional peer (the `bench` extra): without it, our kernels are still measured.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+REPS = 5
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def machine_info() -> dict[str, Any]:
+    import fuel_cy
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": fuel_cy.get_num_threads(),
+            "flags": fuel_cy.build_info()["compile_args"], "python": platform.python_version()}
+
+
+def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1) -> list[float]:
+    """Median seconds of each callable, calling them in turn so drift hits all alike."""
+    for _ in range(warmup):
+        for f in fns:
+            f()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for i, f in enumerate(fns):
+            t0 = time.perf_counter()
+            f()
+            times[i].append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in times]
+
+
+def gemm_gflops(torch) -> Optional[float]:
+    n = 2048
+    if torch is not None:
+        a = torch.randn(n, n)
+        (t,) = interleaved([lambda: torch.mm(a, a)], reps=5)
+    else:
+        a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+        (t,) = interleaved([lambda: a @ a], reps=5)
+    return 2 * n ** 3 / t / 1e9
+
+
+def copy_gbps() -> float:
+    src = np.ones(64 * 1024 * 1024, np.float32)  # 256 MiB
+    dst = np.empty_like(src)
+    (t,) = interleaved([lambda: np.copyto(dst, src)], reps=5)
+    return 2 * src.nbytes / t / 1e9
+
+
+def _row(kernel, dtype, shape, ms, flops, peer=None, peer_ms=None, gemm=None, **extra) -> dict[str, Any]:
+    gflops = flops / (ms / 1e3) / 1e9
+    row = {"kernel": kernel, "dtype": dtype, "shape": shape, "ms": ms, "gflops": gflops, "peer": peer,
+           "peer_ms": peer_ms, "ratio": (peer_ms / ms) if peer_ms else None,
+           "pct_gemm": (100 * gflops / gemm) if gemm and dtype == "F32" else None}
+    row.update(extra)
+    return row
+
+
+FULL_GRID = [(s, d, c) for s in (512, 2048, 4096) for d in (64, 128) for c in (False, True)]
+QUICK_GRID = [(512, 64, False), (512, 64, True), (1024, 128, False)]
+
+
+def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    import ml_dtypes
+
+    import fuel_cy
+
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(fuel_cy.get_num_threads())
+    rng = np.random.default_rng(0)
+    progress("measuring the f32 GEMM rate")
+    gemm = gemm_gflops(torch)
+    rows: list[dict[str, Any]] = []
+    grid = QUICK_GRID if quick else FULL_GRID
+    b, h = 1, 8
+    for s, d, causal in grid:
+        shape = f"B={b} H={h} S={s} D={d}" + (" causal" if causal else "")
+        flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        q, k, v = (rng.standard_normal((b, h, s, d), dtype=np.float32) for _ in range(3))
+        progress(f"forward f32 {shape}")
+        ours = lambda: fuel_cy.attention_flash(q, k, v, causal=causal)  # noqa: E731
+        if torch is not None:
+            tq, tk, tv = map(torch.from_numpy, (q, k, v))
+            peer = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
+            t_ours, t_peer = interleaved([ours, peer])
+            rows.append(_row("attention_flash", "F32", shape, t_ours * 1e3, flops, "torch SDPA", t_peer * 1e3, gemm))
+        else:
+            (t_ours,) = interleaved([ours])
+            rows.append(_row("attention_flash", "F32", shape, t_ours * 1e3, flops, gemm=gemm))
+        if s <= 2048:
+            progress(f"naive f32 {shape}")
+            t_naive, t_flash = interleaved([lambda: fuel_cy.attention_naive(q, k, v, causal=causal), ours], reps=3)
+            rows.append(_row("attention_naive", "F32", shape, t_naive * 1e3, flops, "fuel_cy flash f32", t_flash * 1e3, gemm))
+        q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+        progress(f"forward f64 {shape}")
+        ours64 = lambda: fuel_cy.attention_flash(q64, k64, v64, causal=causal)  # noqa: E731
+        if torch is not None:
+            t64 = [torch.from_numpy(x) for x in (q64, k64, v64)]
+            t_ours, t_peer = interleaved([ours64, lambda: torch.nn.functional.scaled_dot_product_attention(*t64, is_causal=causal)], reps=3)
+            rows.append(_row("attention_flash", "F64", shape, t_ours * 1e3, flops, "torch SDPA f64", t_peer * 1e3))
+        if s == (1024 if quick else 2048) and not causal:
+            for name, dt in (("BF16", ml_dtypes.bfloat16), ("F16", np.float16)):
+                progress(f"forward {name} {shape}")
+                qh, kh, vh = (x.astype(dt) for x in (q, k, v))
+                t_half, t_f32 = interleaved([lambda: fuel_cy.attention_flash(qh, kh, vh), ours], reps=3)
+                rows.append(_row("attention_flash", name, shape, t_half * 1e3, flops, "fuel_cy flash f32", t_f32 * 1e3))
+    rows += _backward_rows(torch, rng, quick, progress)
+    paged_rows, copy_rate = _paged_rows(torch, rng, quick, progress)
+    rows += paged_rows
+    rows += _numpy_rows(rng, progress)
+    rows += _threads_rows(rng, quick, progress)
+    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
+              "gemm_gflops": gemm, "copy_gbps": copy_rate, "quick": quick, "torch": getattr(torch, "__version__", None),
+              "rows": rows}
+    if not quick:
+        progress("peak RSS of attention_flash at S=32768 (subprocess)")
+        result["flash_32k_rss"] = flash_32k_rss()
+    return result
+
+
+def _backward_rows(torch, rng, quick, progress):
+    import fuel_cy
+
+    rows = []
+    points = [(512, 64, False, 8), (512, 64, True, 2)] if quick else [
+        (s, d, c, hkv) for s in (512, 2048) for d in (64, 128) for c in (False, True) for hkv in (8, 2)]
+    for s, d, causal, hkv in points:
+        shape = f"B=1 Hq=8 Hkv={hkv} S={s} D={d}" + (" causal" if causal else "")
+        flops = 10 * 8 * s * s * d * (0.5 if causal else 1.0)  # recompute QK + dV, dP, dQ, dK
+        q, do = (rng.standard_normal((1, 8, s, d), dtype=np.float32) for _ in range(2))
+        k, v = (rng.standard_normal((1, hkv, s, d), dtype=np.float32) for _ in range(2))
+        progress(f"backward f32 {shape}")
+        ours = lambda: fuel_cy.attention_flash_backward(q, k, v, do, causal=causal)  # noqa: E731
+        if torch is None:
+            (t,) = interleaved([ours], reps=3)
+            rows.append(_row("attention_flash_backward", "F32", shape, t * 1e3, flops))
+            continue
+        tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+        tdo = torch.from_numpy(do)
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, enable_gqa=hkv != 8)
+
+        def peer():
+            torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+
+        t_ours, t_peer = interleaved([ours, peer], reps=3)
+        rows.append(_row("attention_flash_backward", "F32", shape, t_ours * 1e3, flops, "torch SDPA autograd bwd", t_peer * 1e3))
+    return rows
+
+
+def _paged_rows(torch, rng, quick, progress):
+    import fuel_cy
+
+    rows = []
+    progress("large-copy bandwidth")
+    copy_rate = copy_gbps()
+    b, hq, hkv, d, bs = 16, 32, 8, 128, 16
+    for ctx in ((1024,) if quick else (1024, 2048, 8192)):
+        nblk = b * ctx // bs
+        kc = rng.standard_normal((nblk, bs, hkv, d), dtype=np.float32)
+        vc = rng.standard_normal((nblk, bs, hkv, d), dtype=np.float32)
+        table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
+        lens = np.full(b, ctx, np.uint32)
+        q = rng.standard_normal((b, hq, 1, d), dtype=np.float32)
+        shape = f"decode B={b} Hq={hq} Hkv={hkv} D={d} ctx={ctx} block={bs}"
+        flops = 4 * b * hq * ctx * d
+        kv_bytes = 2 * kc.nbytes
+        progress(f"paged {shape}")
+        ours = lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens)  # noqa: E731
+        if torch is not None:
+            tk = torch.from_numpy(kc)[torch.from_numpy(table.astype(np.int64))].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d).contiguous()
+            tv = torch.from_numpy(vc)[torch.from_numpy(table.astype(np.int64))].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d).contiguous()
+            tq = torch.from_numpy(q)
+            kct, vct, tt = torch.from_numpy(kc), torch.from_numpy(vc), torch.from_numpy(table.astype(np.int64))
+
+            def gather_sdpa():
+                k_ = kct[tt].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d)
+                v_ = vct[tt].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d)
+                return torch.nn.functional.scaled_dot_product_attention(tq, k_, v_, enable_gqa=True)
+
+            t_ours, t_sdpa, t_gather = interleaved(
+                [ours, lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True), gather_sdpa], reps=5)
+            rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops, "torch SDPA (contiguous K/V)",
+                             t_sdpa * 1e3, kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+            rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops, "torch gather + SDPA", t_gather * 1e3))
+        else:
+            (t_ours,) = interleaved([ours])
+            rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops,
+                             kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+    return rows, copy_rate
+
+
+def _numpy_rows(rng, progress):
+    """NumPy materialized attention: its multi-threaded BLAS runs on its own, not interleaved."""
+    import fuel_cy
+
+    s, d = 512, 64
+    q, k, v = (rng.standard_normal((1, 8, s, d), dtype=np.float32) for _ in range(3))
+
+    def numpy_attention():
+        sc = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        return (sc / sc.sum(-1, keepdims=True)) @ v
+
+    progress("NumPy materialized attention")
+    (t_np,) = interleaved([numpy_attention])
+    (t_ours,) = interleaved([lambda: fuel_cy.attention_flash(q, k, v)])
+    return [_row("attention_flash", "F32", f"B=1 H=8 S={s} D={d}", t_ours * 1e3, 4 * 8 * s * s * d,
+                 "NumPy materialized", t_np * 1e3)]
+
+
+def _threads_rows(rng, quick, progress):
+    import fuel_cy
+
+    s = 1024 if quick else 4096
+    q, k, v = (rng.standard_normal((1, 8, s, 128), dtype=np.float32) for _ in range(3))
+    progress(f"1 vs {fuel_cy.get_num_threads()} threads")
+    n = fuel_cy.get_num_threads()
+
+    def with_threads(t):
+        def run():
+            fuel_cy.set_num_threads(t)
+            try:
+                fuel_cy.attention_flash(q, k, v)
+            finally:
+                fuel_cy.set_num_threads(0)
+        return run
+
+    t_n, t_1 = interleaved([with_threads(n), with_threads(1)], reps=3)
+    return [_row("attention_flash", "F32", f"B=1 H=8 S={s} D=128, {n} threads", t_n * 1e3, 4 * 8 * s * s * 128,
+                 "fuel_cy 1 thread", t_1 * 1e3)]
+
+
+def flash_32k_rss() -> dict[str, float]:
+    code = """
+import resource, numpy as np, fuel_cy
+s, d = 32768, 64
+q, k, v = (np.ones((1, 8, s, d), np.float32) for _ in range(3))
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = fuel_cy.attention_flash(q, k, v, causal=True)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(base / 1024, peak / 1024, 4 * q.nbytes / 2**20)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
+    base, peak, io = map(float, r.stdout.split())
+    return {"rss_before_mb": base, "rss_peak_mb": peak, "inputs_plus_output_mb": io, "extra_mb": peak - base}
+
+
+def print_table(result: dict[str, Any]) -> None:
+    from .cli import _format_table
+
+    rows = [["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"]]
+    for r in result["rows"]:
+        rows.append([r["kernel"], r["dtype"], r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}", r["peer"] or "—",
+                     "—" if r["peer_ms"] is None else f"{r['peer_ms']:.2f}",
+                     "—" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+                     "—" if r["pct_gemm"] is None else f"{r['pct_gemm']:.0f}%"])
+    print(_format_table(rows))
+    m = result["machine"]
+    print(f"\nf32 GEMM {result['gemm_gflops']:.1f} GFLOP/s; large copy {result['copy_gbps']:.1f} GB/s (read+write); "
+          f"{m['cpu']}, {m['threads']} threads; torch {result['torch'] or 'not installed'}; ratio = peer ms / our ms")
+    for r in result["rows"]:
+        if r.get("pct_copy") is not None:
+            print(f"paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s = {r['pct_copy']:.0f}% of the copy rate")
+    if "flash_32k_rss" in result:
+        x = result["flash_32k_rss"]
+        print(f"attention_flash S=32768 D=64: peak RSS {x['rss_peak_mb']:.0f} MB, {x['extra_mb']:.0f} MB above the "
+              f"{x['inputs_plus_output_mb']:.0f} MB of inputs + output")
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if r["ratio"] is not None]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.5))
+    labels = [f"{r['kernel']} {r['dtype']} {r['shape']} vs {r['peer']}" for r in rows]
+    ax.barh(range(len(rows)), [r["ratio"] for r in rows], color=["#2a9d8f" if r["ratio"] >= 1 else "#e76f51" for r in rows])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed ratio (peer time / fuel_cy time)")
+    ax.set_title(f"fuel_cy vs peers — {result['machine']['cpu']}, {result['date'][:10]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(quick: bool = False, json_out: Optional[str] = None, plot: Optional[str] = None,
+         progress: Callable[[str], None] = lambda s: None) -> int:
+    result = run_bench(quick=quick, progress=progress)
+    progress("")
+    print_table(result)
+    if json_out:
+        Path(json_out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {json_out}")
+    if plot:
+        globals()["plot"](result, plot)
+        print(f"wrote {plot}")
+    return 0
+
+
+def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: None) -> int:
+    """Fit time ~ overhead_ns + flops * ns_per_flop + bytes * ns_per_byte per kernel and dtype on a
+    shape sweep; report the error on held-out shapes; store a versioned JSON next to the build."""
+    import ml_dtypes
+
+    import fuel_cy
+    from .calibration import CALIBRATION_VERSION, calibration_path
+
+    rng = np.random.default_rng(0)
+    dtypes = {"F32": np.float32, "F64": np.float64, "BF16": ml_dtypes.bfloat16, "F16": np.float16}
+    sizes = [64, 128, 256, 384, 512, 768] if quick else [64, 128, 256, 384, 512, 768, 1024, 1536]
+    fits: dict[str, Any] = {}
+    for name in fuel_cy.registry:
+        for code in (("F32", "F64") if quick else tuple(dtypes)):
+            samples = []
+            for s in sizes:
+                progress(f"calibrate {name} {code} S={s}")
+                dt = dtypes[code]
+                if name == "attention_paged_naive":
+                    nblk = 4 * s // 16
+                    args = [rng.standard_normal((4, 8, 1, 64)).astype(dt), rng.standard_normal((nblk, 16, 2, 64)).astype(dt),
+                            rng.standard_normal((nblk, 16, 2, 64)).astype(dt),
+                            rng.permutation(nblk).reshape(4, s // 16).astype(np.uint32), np.full(4, s, np.uint32)]
+                else:
+                    q = rng.standard_normal((1, 4, s, 64)).astype(dt)
+                    kv = rng.standard_normal((1, 2, s, 64)).astype(dt)
+                    args = [q, kv, kv] + ([q] if name == "attention_flash_backward" else [])
+                fn = fuel_cy.registry[name].fn
+                (t,) = interleaved([lambda: fn(*args)], reps=3)
+                c = fuel_cy.cost(name, *args)
+                samples.append((c.flops, c.bytes_moved, t * 1e9))
+            train = samples[::2] + samples[-1:]
+            held = [x for x in samples if x not in train] or samples[-1:]
+            a = np.array([[1.0, f, b] for f, b, _ in train])
+            y = np.array([t for _, _, t in train])
+            coef = np.linalg.lstsq(a, y, rcond=None)[0]
+            coef = np.maximum(coef, 0.0)
+            pred = lambda f, b: coef[0] + coef[1] * f + coef[2] * b  # noqa: E731
+            err = float(np.max([abs(pred(f, b) - t) / t for f, b, t in held]))
+            fits[f"{name}:{code}"] = {"overhead_ns": float(coef[0]), "ns_per_flop": float(coef[1]),
+                                      "ns_per_byte": float(coef[2]), "heldout_max_rel_err": err,
+                                      "samples": len(samples)}
+    data = {"version": CALIBRATION_VERSION, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine_info(), "fits": fits}
+    path = calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    progress("")
+    from .cli import _format_table
+
+    table = [["kernel:dtype", "overhead us", "GFLOP/s (fit)", "GB/s (fit)", "held-out max err"]]
+    for key, f in fits.items():
+        table.append([key, f"{f['overhead_ns'] / 1e3:.1f}", "—" if f["ns_per_flop"] == 0 else f"{1 / f['ns_per_flop']:.1f}",
+                      "—" if f["ns_per_byte"] == 0 else f"{1 / f['ns_per_byte']:.1f}", f"{100 * f['heldout_max_rel_err']:.0f}%"])
+    print(_format_table(table))
+    print(f"wrote {path}")
+    return 0
