@@ -9,6 +9,12 @@
 #include <string.h>
 
 #define FC_BC 128
+/* Rows gathered through a block table sit in different pages, where hardware prefetchers stop:
+ * ask for the rows a few keys ahead explicitly. */
+#define FC_PREFETCH 8
+static inline void fc_prefetch_row(const void* p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char*)p + off, 0, 0);
+}
 
 #define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
 typedef T fc_vec_##SUF __attribute__((vector_size(64)));                                        \
@@ -55,6 +61,8 @@ static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrd
             fc_vec_##SUF a30 = fc_load_##SUF(o3), a31 = fc_load_##SUF(o3 + W);                   \
             for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
                 const T* v = vrows[j] + d0;                                                      \
+                if (d0 == 0 && i == 0 && j + FC_PREFETCH < ncols)                                \
+                    fc_prefetch_row(vrows[j + FC_PREFETCH], D * sizeof(T));                      \
                 fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                   \
                 a00 += p0[j] * v0; a01 += p0[j] * v1;                                            \
                 a10 += p1[j] * v0; a11 += p1[j] * v1;                                            \
@@ -95,6 +103,38 @@ static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrd
     }                                                                                            \
 }
 
+#define FC_DEFINE_ROWDOTS(T, SUF, W)                                                             \
+/* S[i, j] = sum_d Q[i, d] * krows[j][d] for j < ncols, reading each key row once for 4 query   \
+ * rows (decode: few queries per key, so packing K^T would cost more than the dots).  Each dot  \
+ * is W lane partials (lane d % W, in order of d) summed in lane order. */                       \
+static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T* const* krows, \
+                                    ptrdiff_t ncols, T* S, ptrdiff_t lds) {                     \
+    for (ptrdiff_t j = 0; j < ncols; j++) {                                                      \
+        const T* k = krows[j];                                                                   \
+        if (j + FC_PREFETCH < ncols) fc_prefetch_row(krows[j + FC_PREFETCH], D * sizeof(T));     \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                  \
+            fc_vec_##SUF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
+            ptrdiff_t d = 0;                                                                     \
+            for (; d + W <= D; d += W) {                                                         \
+                fc_vec_##SUF kv = fc_load_##SUF(k + d);                                          \
+                a0 += fc_load_##SUF(q0 + d) * kv; a1 += fc_load_##SUF(q1 + d) * kv;              \
+                a2 += fc_load_##SUF(q2 + d) * kv; a3 += fc_load_##SUF(q3 + d) * kv;              \
+            }                                                                                    \
+            for (ptrdiff_t l = 0; d < D; d++, l++) {                                             \
+                a0[l] += q0[d] * k[d]; a1[l] += q1[d] * k[d];                                    \
+                a2[l] += q2[d] * k[d]; a3[l] += q3[d] * k[d];                                    \
+            }                                                                                    \
+            T s0 = a0[0], s1 = a1[0], s2 = a2[0], s3 = a3[0];                                    \
+            for (int l = 1; l < W; l++) { s0 += a0[l]; s1 += a1[l]; s2 += a2[l]; s3 += a3[l]; }  \
+            S[i * lds + j] = s0; S[(i + 1) * lds + j] = s1;                                      \
+            S[(i + 2) * lds + j] = s2; S[(i + 3) * lds + j] = s3;                                \
+        }                                                                                        \
+    }                                                                                            \
+}
+
 FC_DEFINE_KERNELS(float, f32, 16)
 FC_DEFINE_KERNELS(double, f64, 8)
+FC_DEFINE_ROWDOTS(float, f32, 16)
+FC_DEFINE_ROWDOTS(double, f64, 8)
 #endif

@@ -242,8 +242,14 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
             kj = j0 + jj
             blk = table[b * sh.max_blocks + kj // bs]
             rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk) * D
-        pack_kt(rows, nc, D, Kt)
-        qk_tile(tag, Qs, nr4, D, Kt, S + j0, Skp)
+        if rnd_t is RoundNone:  # f32/f64: dot each gathered key row directly (no K^T packing)
+            if real_t is float:
+                fc_rowdots_f32(Qs, nr4, D, rows, nc, S + j0, Skp)
+            else:
+                fc_rowdots_f64(Qs, nr4, D, rows, nc, S + j0, Skp)
+        else:
+            pack_kt(rows, nc, D, Kt)
+            qk_tile(tag, Qs, nr4, D, Kt, S + j0, Skp)
     for r in range(nr):
         rr = r0 + r
         h = hk * G + rr // Sq
