@@ -307,7 +307,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), Skp = ntiles * BC, Sk4 = (Sk + NR - 1) // NR * NR
     cdef Py_ssize_t kvh = kv0 + task
     cdef Py_ssize_t hk = kvh % sh.Hkv, b = kvh // sh.Hkv
-    cdef Py_ssize_t g, h, qt, i0, nr, nr4, t, j0, nc, r, j, d
+    cdef Py_ssize_t g, h, qt, i0, nr, nr4, t, j0, nc, r, j, d, ka, kb, lo, hi, t0, t1, kofs, n, n4
     cdef real_t* Qs = buf
     cdef real_t* dOs = Qs + BR_BWD * D
     cdef real_t* dQa = dOs + BR_BWD * D
@@ -339,21 +339,36 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
             if nr > BR_BWD:
                 nr = BR_BWD
             nr4 = (nr + NR - 1) // NR * NR
+            # keys any row of this tile may attend: [ka, kb), since the admissible interval only
+            # moves right as the query moves down; tiles outside it contribute exact zeros
+            admissible_range(i0, o, &ka, &kb)
+            admissible_range(i0 + nr - 1, o, &lo, &hi)
+            kb = hi
+            if kb <= ka:
+                for r in range(nr):
+                    for d in range(D):
+                        dq[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = 0
+                continue
+            t0 = ka // BC
+            t1 = ceil_div(kb, BC)
+            kofs = t0 * BC
+            n = (t1 * BC if t1 * BC < Sk else Sk) - kofs
+            n4 = (n + NR - 1) // NR * NR
             copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
             copy_rows_padded(dout + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, dOs)
-            for t in range(ntiles):
-                qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + t * BC, Skp)
-                qk_tile(tag, dOs, nr4, D, vth + t * D * BC, dP + t * BC, Skp)
+            for t in range(t0, t1):
+                qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp)
+                qk_tile(tag, dOs, nr4, D, vth + t * D * BC, dP + (t - t0) * BC, Skp)
             for r in range(nr):
                 srow = S + r * Skp
                 dprow = dP + r * Skp
                 trow = Tt + r * Skp
-                transform_row(tag, srow, Sk, 0, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
+                transform_row(tag, srow, n, kofs, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
                               slopes != NULL, o, masked, trow if cap != 0 else NULL)
-                softmax_row(tag, srow, Sk)
+                softmax_row(tag, srow, n)
                 # dS = P * (dP - sum_j P dP), times 1 - tanh^2(s_pre / c) under softcap
-                delta = dot16(tag, srow, dprow, Sk)
-                for j in range(Sk):
+                delta = dot16(tag, srow, dprow, n)
+                for j in range(n):
                     ds = R(tag, srow[j] * R(tag, dprow[j] - delta))
                     if cap != 0:
                         ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
@@ -363,26 +378,26 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 zero(dP + r * Skp, Skp)
             # dQ = scale * dS K
             zero(dQa, nr4 * D)
-            for t in range(ntiles):
+            for t in range(t0, t1):
                 j0 = t * BC
                 nc = Sk - j0
                 if nc > BC:
                     nc = BC
                 for j in range(nc):
                     rows[j] = kbase + (j0 + j) * D
-                pv_accum(tag, dP + j0, Skp, nr4, nc, rows, D, dQa, D)
+                pv_accum(tag, dP + (j0 - kofs), Skp, nr4, nc, rows, D, dQa, D)
             for r in range(nr):
                 for d in range(D):
                     dq[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = R(tag, scale * dQa[r * D + d])
             # dV += P^T dO and dK += dS^T Q (scaled once at the end), owned by this (b, kv head)
-            transpose_pad(S, Skp, nr4, Sk, Sk4, Pt)
-            transpose_pad(dP, Skp, nr4, Sk, Sk4, dSt)
+            transpose_pad(S, Skp, nr4, n, n4, Pt)
+            transpose_pad(dP, Skp, nr4, n, n4, dSt)
             for r in range(nr):
                 rows[r] = dOs + r * D
-            pv_accum(tag, Pt, nr4, Sk4, nr, rows, D, dVa, D)
+            pv_accum(tag, Pt, nr4, n4, nr, rows, D, dVa + kofs * D, D)
             for r in range(nr):
                 rows[r] = Qs + r * D
-            pv_accum(tag, dSt, nr4, Sk4, nr, rows, D, dKa, D)
+            pv_accum(tag, dSt, nr4, n4, nr, rows, D, dKa + kofs * D, D)
     for j in range(Sk):
         for d in range(D):
             dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[j * D + d])

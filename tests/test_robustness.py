@@ -1,0 +1,289 @@
+"""Hostile inputs and contracts, fuzzing, signals, memory: nothing crashes, nothing is modified,
+nothing from a contract is executed."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import fuel_cy
+from fuel_cy.codegen.files import FileManager
+from fuel_cy.contract import ContractError, parse_document
+from fuel_cy.tolerance import relative_error
+
+import reference_impl as ref
+from conftest import ROOT
+
+FUZZ_EXAMPLES = int(os.environ.get("FUEL_CY_FUZZ_EXAMPLES", "120"))  # long profile: e.g. 5000
+
+
+# ---- fuzzing: valid inputs match the reference, near-valid inputs are InputError ----------------
+
+@st.composite
+def attention_problems(draw):
+    b = draw(st.integers(1, 2))
+    hkv = draw(st.integers(1, 2))
+    hq = hkv * draw(st.integers(1, 3))
+    sq = draw(st.integers(0, 24))
+    sk = draw(st.integers(0, 40))
+    d = draw(st.integers(1, 20))
+    params = {}
+    if draw(st.booleans()):
+        params["causal"] = True
+    for key in ("window_size_left", "window_size_right"):
+        if draw(st.booleans()):
+            params[key] = draw(st.integers(0, 6))
+    if draw(st.booleans()):
+        params["softcap"] = draw(st.floats(0.25, 8.0))
+    if draw(st.booleans()):
+        params["k_len"] = draw(st.integers(0, sk))
+    if draw(st.booleans()):
+        params["softmax_scale"] = draw(st.floats(-2.0, 2.0))
+    alibi = draw(st.booleans())
+    seed = draw(st.integers(0, 2**16))
+    return b, hq, hkv, sq, sk, d, params, alibi, seed
+
+
+def _arrays(b, hq, hkv, sq, sk, d, alibi, seed, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
+    k = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
+    v = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
+    slopes = rng.random(hq).astype(dtype) if alibi else None
+    return q, k, v, slopes
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(attention_problems(), st.sampled_from(["attention_naive", "attention_flash"]))
+def test_fuzz_valid_forward_matches_reference(problem, kernel):
+    b, hq, hkv, sq, sk, d, params, alibi, seed = problem
+    q, k, v, slopes = _arrays(b, hq, hkv, sq, sk, d, alibi, seed)
+    before = [x.copy() for x in (q, k, v)]
+    out = getattr(fuel_cy, kernel)(q, k, v, slopes, **params)
+    expected = ref.forward(q, k, v, slopes, params.get("softmax_scale"), params.get("causal", False),
+                           params.get("window_size_left"), params.get("window_size_right"),
+                           params.get("softcap"), params.get("k_len"))
+    assert out.shape == q.shape and not np.isnan(out).any()
+    assert relative_error(out, expected) <= 2e-5
+    assert all(np.array_equal(a, b_) for a, b_ in zip((q, k, v), before))
+
+
+@settings(max_examples=max(FUZZ_EXAMPLES // 3, 20), deadline=None)
+@given(attention_problems())
+def test_fuzz_valid_backward_matches_reference(problem):
+    b, hq, hkv, sq, sk, d, params, alibi, seed = problem
+    params.pop("k_len", None)
+    q, k, v, slopes = _arrays(b, hq, hkv, sq, sk, d, alibi, seed, np.float64)
+    do = np.random.default_rng(seed + 1).standard_normal(q.shape)
+    grads = fuel_cy.attention_flash_backward(q, k, v, do, slopes, **params)
+    expected = ref.backward(q, k, v, do, slopes, params.get("softmax_scale"), params.get("causal", False),
+                            params.get("window_size_left"), params.get("window_size_right"), params.get("softcap"))
+    for got, want in zip(grads, expected):
+        assert relative_error(got, want) <= 1e-10
+
+
+PERTURBATIONS = ["dtype-k", "mixed-v", "rank-q", "batch", "head-dim", "gqa", "alibi-len", "alibi-dtype",
+                 "window-neg", "window-float", "k-len-over", "softcap-zero", "scale-inf", "transposed",
+                 "offset", "negative-stride", "broadcast", "list", "none", "torch-like"]
+
+
+class FakeTorchTensor:
+    __module__ = "torch"
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(attention_problems(), st.sampled_from(PERTURBATIONS), st.sampled_from(["attention_naive", "attention_flash"]))
+def test_fuzz_near_valid_is_input_error(problem, how, kernel):
+    b, hq, hkv, sq, sk, d, params, alibi, seed = problem
+    sq, sk, d = max(sq, 2), max(sk, 2), max(d, 2)
+    q, k, v, slopes = _arrays(b, hq, hkv, sq, sk, d, True, seed)
+    params = {k_: v_ for k_, v_ in params.items() if k_ != "k_len"}
+    args = [q, k, v, slopes]
+    if how == "dtype-k":
+        args[1] = k.astype(np.int32)
+    elif how == "mixed-v":
+        args[2] = v.astype(np.float64)
+    elif how == "rank-q":
+        args[0] = q[0]
+    elif how == "batch":
+        args[1] = np.concatenate([k, k])
+        args[2] = np.concatenate([v, v])
+    elif how == "head-dim":
+        args[2] = np.ascontiguousarray(np.concatenate([v, v], axis=-1))
+    elif how == "gqa":
+        args[1] = np.ascontiguousarray(np.concatenate([k] * (hq + 1), axis=1))
+        args[2] = np.ascontiguousarray(np.concatenate([v] * (hq + 1), axis=1))
+    elif how == "alibi-len":
+        args[3] = np.ones(hq + 1, np.float32)
+    elif how == "alibi-dtype":
+        args[3] = slopes.astype(ml_dtypes.bfloat16)
+    elif how == "window-neg":
+        params["window_size_left"] = -1
+    elif how == "window-float":
+        params["window_size_right"] = 1.5
+    elif how == "k-len-over":
+        params["k_len"] = sk + 1
+    elif how == "softcap-zero":
+        params["softcap"] = 0.0
+    elif how == "scale-inf":
+        params["softmax_scale"] = float("inf")
+    elif how == "transposed":
+        args[0] = np.swapaxes(np.swapaxes(q, 2, 3).copy(), 2, 3)
+    elif how == "offset":
+        args[1] = np.concatenate([k, k], axis=0)[1:] if b == 1 else np.concatenate([k[:1], k])[1:]
+        if not fuel_cy._validation.has_start_offset(args[1]):
+            args[1] = np.ascontiguousarray(np.concatenate([np.zeros((1,) + k.shape[1:], k.dtype), k]))[1:]
+    elif how == "negative-stride":
+        args[2] = np.flip(np.concatenate([v, v], axis=2), axis=2)[:, :, :sk]
+    elif how == "broadcast":
+        args[0] = np.broadcast_to(q[:, :1], q.shape) if hq > 1 else np.broadcast_to(q[:, :, :1], q.shape)
+    elif how == "list":
+        args[0] = q.tolist()
+    elif how == "none":
+        args[1] = None
+    elif how == "torch-like":
+        args[2] = FakeTorchTensor()
+    snapshot = [None if isinstance(a, (type(None), list, FakeTorchTensor)) else a.copy() for a in args]
+    with pytest.raises(fuel_cy.InputError) as info:
+        getattr(fuel_cy, kernel)(*args, **params)
+    assert info.value.kernel == kernel and info.value.clause
+    for a, s in zip(args, snapshot):
+        if s is not None:
+            assert np.array_equal(np.asarray(a), s)
+
+
+# ---- signals, threads, memory -------------------------------------------------------------------
+
+def _python(code: str, timeout: int = 600, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_sigint_during_a_long_call_leaves_state_intact():
+    r = _python("""
+        import os, signal, threading, time, numpy as np, fuel_cy
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((1, 8, 3072, 64), dtype=np.float32) for _ in range(3))
+        first = fuel_cy.attention_flash(q, k, v)
+        threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            fuel_cy.attention_flash(q, k, v)
+            time.sleep(1)
+            print("no interrupt")
+        except KeyboardInterrupt:
+            print("interrupted")
+        again = fuel_cy.attention_flash(q, k, v)
+        print("same", np.array_equal(first, again))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "interrupted" in r.stdout and "same True" in r.stdout
+
+
+def test_allocation_failure_is_memory_error_not_a_crash():
+    q = np.ones((1, 1, 1, 1), np.float32)
+    pool = np.ones((1, 2**20, 1, 1), np.float32)
+    table = np.zeros((1, 2**16), np.uint32)  # capacity 2^36 keys: the score scratch cannot exist
+    with pytest.raises(MemoryError):
+        fuel_cy.attention_paged_naive(q, pool, pool, table, np.array([1], np.uint32))
+    assert fuel_cy.attention_paged_naive(q, pool, pool, table[:, :1], np.array([1], np.uint32)).shape == q.shape
+
+
+def test_flash_32k_runs_in_bounded_memory():
+    from fuel_cy.bench import flash_32k_rss
+
+    x = flash_32k_rss()
+    # no [Sq, Sk] allocation: beyond inputs + output, at most 64 MB of packed K and scratch
+    assert x["extra_mb"] <= 64, x
+
+
+# ---- hostile contracts ---------------------------------------------------------------------------
+
+def test_template_injection_in_prose_is_inert(tmp_path, canonical_text):
+    from fuel_cy.codegen.docs import md_inline
+
+    evil = canonical_text.replace(
+        'blurb: "Materialized multi-head SDPA oracle;',
+        'blurb: "{{ 7*7 }} <script>alert(1)</script> {% raw %} Materialized multi-head SDPA oracle;', 1)
+    doc = parse_document(evil)
+    blurb = doc.kernel("attention_naive").blurb
+    assert "{{ 7*7 }}" in blurb
+    rendered = md_inline(blurb)
+    assert "<script>" not in rendered and "&lt;script&gt;" in rendered and "{{ 7*7 }}" in rendered
+    # and in generated code it is a string literal, never code
+    from fuel_cy.codegen.generate import _py
+    assert eval(_py(blurb)) == blurb  # noqa: S307 - round trip of our own repr, not contract text
+
+
+def test_generator_never_writes_outside_its_folder(tmp_path):
+    fm = FileManager(tmp_path / "out")
+    for bad in ("../escape.py", "/etc/passwd", "a/../../b.py"):
+        with pytest.raises(ValueError, match="outside"):
+            fm.add(bad, "x")
+    with pytest.raises(ValueError, match="twice"):
+        fm.add("a.py", "1")
+        fm.add("a.py", "2")
+
+
+@pytest.mark.parametrize("evil", [
+    "fused_op: !!python/name:os.system FLASH_ATTN",
+    "blurb: &a [*a, *a]",
+    'flops: "9' + "9" * 40 + ' * b"',
+    'flops: "().__class__.__bases__"',
+    'flops: "b.__dict__"',
+    "kernel: \"attention_naive\\nimport os\"",
+])
+def test_hostile_contract_lines_are_refused(canonical_text, evil):
+    key = evil.split(":")[0]
+    lines = canonical_text.splitlines()
+    idx = next(i for i, l in enumerate(lines) if l.startswith(key + ":"))
+    lines[idx] = evil
+    with pytest.raises(ContractError):
+        parse_document("\n".join(lines) + "\n")
+
+
+# ---- memory safety: a sanitizer build runs the kernels with zero reports -------------------------
+
+def _asan_runtime() -> str:
+    return subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+
+
+def test_address_and_undefined_sanitizer_build(tmp_path):
+    import shutil
+
+    proj = tmp_path / "proj"
+    ignore = shutil.ignore_patterns("*.so", "*.c", "__pycache__", "build")
+    for name in ("contracts", "templates", "fuel_cy"):
+        shutil.copytree(ROOT / name, proj / name, ignore=ignore)
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, proj / name)
+    env = {**os.environ, "FUEL_CY_SANITIZE": "1", "FUEL_CY_OPT": "-O1"}
+    build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=proj, capture_output=True,
+                           text=True, env=env, timeout=900)
+    assert build.returncode == 0, build.stderr[-3000:]
+    runtime = _asan_runtime()
+    assert Path(runtime).exists(), "gcc's libasan is needed for the sanitizer run"
+    tests = ROOT / "tests"
+    run_env = {**os.environ, "PYTHONPATH": f"{proj}{os.pathsep}{tests}", "LD_PRELOAD": runtime,
+               "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+               "FUEL_CY_FUZZ_EXAMPLES": "40"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                        str(tests / "test_kernels_forward.py"), str(tests / "test_paged_and_backward.py"),
+                        str(tests / "test_half_precision.py"), str(tests / "test_validators.py"),
+                        str(tests / "test_robustness.py") + "::test_fuzz_valid_forward_matches_reference",
+                        str(tests / "test_robustness.py") + "::test_fuzz_near_valid_is_input_error"],
+                       cwd=proj, capture_output=True, text=True, env=run_env, timeout=1800)
+    out = r.stdout + r.stderr
+    assert "ERROR: AddressSanitizer" not in out and "runtime error:" not in out, out[-4000:]
+    assert r.returncode == 0, out[-4000:]
+    assert f"{proj}" in subprocess.run([sys.executable, "-c", "import fuel_cy; print(fuel_cy.__file__)"],
+                                       capture_output=True, text=True, env=run_env).stdout
