@@ -245,8 +245,8 @@ def test_generator_never_writes_outside_its_folder(tmp_path):
 def test_hostile_contract_lines_are_refused(canonical_text, evil):
     key = evil.split(":")[0]
     lines = canonical_text.splitlines()
-    idx = next(i for i, l in enumerate(lines) if l.startswith(key + ":"))
-    lines[idx] = evil
+    idx = next(i for i, l in enumerate(lines) if l.strip().startswith(key + ":"))
+    lines[idx] = lines[idx][: len(lines[idx]) - len(lines[idx].lstrip())] + evil
     with pytest.raises(ContractError):
         parse_document("\n".join(lines) + "\n")
 
@@ -285,5 +285,7 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
     out = r.stdout + r.stderr
     assert "ERROR: AddressSanitizer" not in out and "runtime error:" not in out, out[-4000:]
     assert r.returncode == 0, out[-4000:]
-    assert f"{proj}" in subprocess.run([sys.executable, "-c", "import fuel_cy; print(fuel_cy.__file__)"],
-                                       capture_output=True, text=True, env=run_env).stdout
+    # the run above imported the sanitized copy (cwd and PYTHONPATH point at it), not this checkout
+    probe = subprocess.run([sys.executable, "-c", "import fuel_cy; print(fuel_cy.__file__, fuel_cy.build_info()['sanitize'])"],
+                           cwd=proj, capture_output=True, text=True, env=run_env)
+    assert probe.stdout.startswith(str(proj)) and probe.stdout.split()[-1] == "True", probe.stdout + probe.stderr
