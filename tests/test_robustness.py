@@ -289,3 +289,18 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
     probe = subprocess.run([sys.executable, "-c", "import fuel_cy; print(fuel_cy.__file__, fuel_cy.build_info()['sanitize'])"],
                            cwd=proj, capture_output=True, text=True, env=run_env)
     assert probe.stdout.startswith(str(proj)) and probe.stdout.split()[-1] == "True", probe.stdout + probe.stderr
+
+
+def test_pool_beyond_32_bit_element_indices():
+    # One float32 pool of 2^31 + 16384 elements (8 GiB); its last block starts past element 2^31,
+    # so reading it needs 64-bit offsets.  q = 0 makes attention uniform: sequence 0 (the last
+    # block) must average to 3 + 7.5, sequence 1 (block 0) to 1.
+    blocks, bs, d = 2**17 + 1, 16, 1024
+    pool = np.ones((blocks, bs, 1, d), np.float32)
+    assert pool.size > 2**31 and (blocks - 1) * bs * d >= 2**31
+    pool[-1, :, 0, :] = 3.0 + np.arange(bs, dtype=np.float32)[:, None]
+    table = np.array([[blocks - 1], [0]], np.uint32)
+    q = np.zeros((2, 1, 1, d), np.float32)
+    out = fuel_cy.attention_paged_naive(q, pool, pool, table, np.array([bs, bs], np.uint32))
+    assert np.all(out[0] == 10.5) and np.all(out[1] == 1.0)
+    del pool
