@@ -315,7 +315,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
     info = fuel_cy.build_info()
     print(f"fuel_cy {fuel_cy.__version__}: {fuel_cy.get_num_threads()} thread(s), flags {' '.join(info['compile_args'])}")
-    ok = demo(progress=_status)
+    ok = demo(progress=_status, json_out=ns.json)
     _done_status()
     return OK if ok else PROBLEMS
 
@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--alibi", action="store_true")
     sp.add_argument("--k-len", type=int, dest="k_len")
     sp.add_argument("--seed", type=int, default=0)
-    add("demo", cmd_demo, "run all kernels in every dtype on a default problem, verify, print a table")
+    sp = add("demo", cmd_demo, "run all kernels in every dtype on a default problem, verify, print a table")
+    sp.add_argument("--json", metavar="OUT", help="also write the rows as a precision audit file")
     sp = add("bench", cmd_bench, "benchmark ours vs peers (torch SDPA, NumPy) and print a table")
     sp.add_argument("--quick", action="store_true", help="a small grid (about a minute)")
     sp.add_argument("--json", metavar="OUT", help="write results as JSON")

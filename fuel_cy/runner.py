@@ -133,10 +133,13 @@ def run_kernel(spec: RunSpec, repeats: int = 3) -> RunResult:
                      tolerance.bound(spec.dtype, q.shape[-1], sk, backward), naive_error)
 
 
-def demo(progress: Callable[[str], None] = lambda s: None) -> bool:
+def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[str] = None) -> bool:
+    """Every kernel in every dtype on a default problem, checked against float64; optionally
+    written as the precision audit file the docs' Precision page shows."""
     import fuel_cy
 
     rows = [["kernel", "dtype", "shape", "time ms", "GFLOP/s", "max rel err", "bound", "ok"]]
+    audit = []
     all_ok = True
     for name in fuel_cy.registry:
         for dtype in fuel_cy.registry[name].dtypes:
@@ -146,9 +149,22 @@ def demo(progress: Callable[[str], None] = lambda s: None) -> bool:
             all_ok &= r.ok
             rows.append([name, dtype, r.shape, f"{r.seconds * 1e3:.2f}", f"{r.gflops:.1f}",
                          f"{r.error:.2e}", f"{r.bound:.0e}", "yes" if r.ok else "NO"])
+            audit.append({"kernel": name, "dtype": dtype, "shape": r.shape, "error": r.error, "bound": r.bound,
+                          "ok": r.ok, "ms": r.seconds * 1e3})
     from .cli import _format_table
 
     progress("")
     print(_format_table(rows))
     print("all kernels verified against the float64 reference" if all_ok else "MISMATCH: see the rows marked NO")
+    if json_out:
+        import json
+        from datetime import datetime, timezone
+
+        from .bench import machine_info
+
+        data = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
+                "rows": audit}
+        with open(json_out, "w") as fh:
+            json.dump(data, fh, indent=2)
+        print(f"wrote {json_out}")
     return all_ok

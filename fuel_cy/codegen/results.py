@@ -30,7 +30,7 @@ def _stamp(data: dict) -> str:
 
 def performance_page(root: Path) -> str:
     data = _load(root, "bench.json")
-    lines = ["---", "title: Performance", "---", "# Performance", ""]
+    lines = ["---", "title: Performance", "hide:", "  - toc", "---", "# Performance", ""]
     if not data:
         lines.append("No benchmark results yet: run `fuel-cy bench --json benchmarks/results/bench.json "
                      "--plot benchmarks/results/bench.png` and rebuild the site.")
@@ -40,14 +40,23 @@ def performance_page(root: Path) -> str:
               "`ratio` is peer time / our time (above 1: we are faster). `% GEMM` compares our GFLOP/s with "
               "the f32 GEMM rate measured in the same run.", ""]
     if data.get("gemm_gflops"):
-        lines.append(f"Measured f32 GEMM rate: **{data['gemm_gflops']:.1f} GFLOP/s**.\n")
+        lines.append(f"Measured f32 GEMM rate: **{data['gemm_gflops']:.1f} GFLOP/s**; large-copy bandwidth "
+                     f"**{data.get('copy_gbps', 0):.1f} GB/s** (read + write).\n")
+    if (root / RESULTS / "bench.png").exists():
+        lines += ["![speed ratios of fuel_cy against its peers](bench.png)", ""]
+    extras = [r for r in data["rows"] if r.get("pct_copy") is not None]
+    for r in extras:
+        lines.append(f"- paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s, {r['pct_copy']:.0f}% of the copy rate")
+    if data.get("flash_32k_rss"):
+        x = data["flash_32k_rss"]
+        lines.append(f"- attention_flash at S=32768, D=64, f32, causal: peak RSS {x['rss_peak_mb']:.0f} MB, "
+                     f"{x['extra_mb']:.0f} MB beyond inputs + output")
+    lines.append("")
     rows = [[r["kernel"], r["dtype"], r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}",
              r.get("peer", "—"), "—" if r.get("peer_ms") is None else f"{r['peer_ms']:.2f}",
              "—" if r.get("ratio") is None else f"{r['ratio']:.2f}×",
              "—" if r.get("pct_gemm") is None else f"{r['pct_gemm']:.0f}%"] for r in data["rows"]]
     lines.append(_table(["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"], rows))
-    if (root / RESULTS / "bench.png").exists():
-        lines += ["", "![benchmark plot](bench.png)"]
     return "\n".join(lines) + "\n"
 
 
@@ -55,7 +64,7 @@ def precision_page(root: Path) -> str:
     from ..tolerance import __doc__ as bounds_doc
 
     data = _load(root, "precision.json")
-    lines = ["---", "title: Precision", "---", "# Precision", "",
+    lines = ["---", "title: Precision", "hide:", "  - toc", "---", "# Precision", "",
              "Every kernel is checked against an independent float64 reference. The documented bounds:", "",
              "```text", (bounds_doc or "").strip(), "```", ""]
     if data:
