@@ -33,13 +33,6 @@ def md_block(text: str) -> str:
 
 def math_html(formula: expr.Formula) -> str:
     """A formula as typeset HTML: italic symbols, a centred dot for products."""
-    def leaf(node: expr.Node) -> str:
-        if isinstance(node, expr.Sym):
-            return f"<var>{node.name}</var>"
-        if isinstance(node, expr.DimRef):
-            return f"<var>{node.tensor}</var>.dim[{node.index}]"
-        raise ValueError(node)
-
     text = expr.node_str(formula.ast)
     text = re.sub(r"[A-Za-z_][A-Za-z0-9_]*(\.dim\[\d+\])?", lambda m: (
         f"<var>{m.group(0).split('.')[0]}</var>.dim[{m.group(0).split('[')[1]}" if m.group(1) else f"<var>{m.group(0)}</var>"), text)
