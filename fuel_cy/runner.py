@@ -156,6 +156,7 @@ def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[st
     progress("")
     print(_format_table(rows))
     print("all kernels verified against the float64 reference" if all_ok else "MISMATCH: see the rows marked NO")
+    print("(GFLOP/s uses the contract's cost formula, which counts all Sq x Sk pairs, also for causal runs)")
     if json_out:
         import json
         from datetime import datetime, timezone

@@ -137,4 +137,76 @@ FC_DEFINE_KERNELS(float, f32, 16)
 FC_DEFINE_KERNELS(double, f64, 8)
 FC_DEFINE_ROWDOTS(float, f32, 16)
 FC_DEFINE_ROWDOTS(double, f64, 8)
+
+/* ---- "math in T" variant for bf16 held in float: every product and sum rounded to bf16. ------
+ * (f16 keeps the generic Cython loops: vector _Float16 conversions measured slower there.)
+ * Same loops and order as the generic Cython blocks (sequential over the contraction index per
+ * element), so results are bit-identical to them; only the rounding is vectorized. */
+#include "fc_math.h"
+typedef unsigned int fc_u32x16 __attribute__((vector_size(64)));
+
+static inline fc_vec_f32 fc_rbf16_v(fc_vec_f32 x) {
+    fc_u32x16 u;
+    memcpy(&u, &x, 64);
+    fc_u32x16 nan = (u & 0x7fffffffu) > 0x7f800000u;                 /* all-ones where NaN */
+    fc_u32x16 r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;   /* round to nearest even */
+    fc_u32x16 quiet = (u & 0xffff0000u) | 0x00400000u;              /* NaN stays a quiet NaN */
+    r = (nan & quiet) | (~nan & r);
+    memcpy(&x, &r, 64);
+    return x;
+}
+
+#define FC_DEFINE_ROUNDED(SUF, RV, RS)                                                           \
+static inline void fc_qk_##SUF(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,   \
+                               float* S, ptrdiff_t lds) {                                        \
+    for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 16) {                                               \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const float *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;              \
+            fc_vec_f32 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                   \
+            const float* kp = Kt + j0;                                                           \
+            for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                     \
+                fc_vec_f32 k0 = fc_load_f32(kp);                                                 \
+                a0 = RV(a0 + RV(q0[d] * k0)); a1 = RV(a1 + RV(q1[d] * k0));                      \
+                a2 = RV(a2 + RV(q2[d] * k0)); a3 = RV(a3 + RV(q3[d] * k0));                      \
+            }                                                                                    \
+            float* s = S + i * lds + j0;                                                         \
+            fc_store_f32(s, a0); fc_store_f32(s + lds, a1);                                      \
+            fc_store_f32(s + 2 * lds, a2); fc_store_f32(s + 3 * lds, a3);                        \
+        }                                                                                        \
+    }                                                                                            \
+}                                                                                                \
+static inline void fc_pv_##SUF(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, \
+                               float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {      \
+    ptrdiff_t d0 = 0;                                                                            \
+    for (; d0 + 16 <= D; d0 += 16) {                                                             \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;       \
+            float *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;        \
+            fc_vec_f32 a0 = fc_load_f32(o0), a1 = fc_load_f32(o1);                               \
+            fc_vec_f32 a2 = fc_load_f32(o2), a3 = fc_load_f32(o3);                               \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0);                                      \
+                a0 = RV(a0 + RV(p0[j] * v0)); a1 = RV(a1 + RV(p1[j] * v0));                      \
+                a2 = RV(a2 + RV(p2[j] * v0)); a3 = RV(a3 + RV(p3[j] * v0));                      \
+            }                                                                                    \
+            fc_store_f32(o0, a0); fc_store_f32(o1, a1);                                          \
+            fc_store_f32(o2, a2); fc_store_f32(o3, a3);                                          \
+        }                                                                                        \
+    }                                                                                            \
+    for (; d0 < D; d0++) {                                                                       \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;       \
+            float *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;        \
+            float a0 = *o0, a1 = *o1, a2 = *o2, a3 = *o3;                                        \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                float v = vrows[j][d0];                                                          \
+                a0 = RS(a0 + RS(p0[j] * v)); a1 = RS(a1 + RS(p1[j] * v));                        \
+                a2 = RS(a2 + RS(p2[j] * v)); a3 = RS(a3 + RS(p3[j] * v));                        \
+            }                                                                                    \
+            *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;                                              \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+FC_DEFINE_ROUNDED(bf16, fc_rbf16_v, fc_round_bf16)
 #endif
