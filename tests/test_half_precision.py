@@ -92,3 +92,16 @@ def test_paged_is_bitwise_the_emulation(code, dtype):
     out = fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes, softcap=3.0)
     emu = emulation.paged(code, q, kc, vc, table, lens, slopes, float(np.float32(1 / np.sqrt(d))), 3.0)
     assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+
+
+def test_fast_exp_f64_accuracy_and_edges():
+    x = np.linspace(-707.0, 709.0, 2_000_001)
+    ours = _kernels._core_exp_f64(x)
+    exact = np.exp(x)
+    ulp = np.abs(ours - exact) / np.spacing(exact)
+    assert ulp.max() <= 4.0
+    small = np.linspace(-3, 3, 100_001)
+    assert np.max(np.abs(_kernels._core_exp_f64(small) - np.exp(small)) / np.spacing(np.exp(small))) <= 2.0
+    edge = _kernels._core_exp_f64(np.array([-np.inf, -1e4, 1e4, np.inf, np.nan, 0.0]))
+    assert edge[0] == 0 and edge[1] == 0 and edge[2] == np.inf and edge[3] == np.inf
+    assert np.isnan(edge[4]) and edge[5] == 1

@@ -160,6 +160,16 @@ def _core_round(float[::1] x, str code):
     return out
 
 
+def _core_exp_f64(double[::1] x):
+    """Testing hook: the vectorizable exp used by the f64 kernels."""
+    out = _np.empty(x.shape[0], dtype=_np.float64)
+    cdef double[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        o[i] = fc_exp_f64(x[i])
+    return out
+
+
 def _core_expf(float[::1] x):
     """Testing hook: the vectorizable expf used by the f32 kernels."""
     out = _np.empty(x.shape[0], dtype=_np.float32)

@@ -13,6 +13,7 @@ cdef extern from "fc_math.h" nogil:
     float fc_round_bf16(float x)
     float fc_round_f16(float x)
     float fc_expf(float x)
+    double fc_exp_f64(double x)
     float fc_exp_via_double(float x)
     float fc_tanh_via_double(float x)
     unsigned short fc_f32_to_bf16_bits(float x)
@@ -66,7 +67,7 @@ cdef inline real_t EXP(rnd_t tag, real_t x) noexcept nogil:
     # f32 and the half types share the vectorizable f32 exp (<= 4 ulp of f32, far below a half
     # type's spacing); the half types then round it to T like every other step.
     if real_t is double:
-        return exp(x)
+        return fc_exp_f64(x)
     else:
         return R(tag, fc_expf(x))
 
