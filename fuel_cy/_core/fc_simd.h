@@ -25,7 +25,22 @@ static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, 64); }  
 static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
                                T* S, ptrdiff_t lds) {                                            \
     for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 2 * W) {  /* the Kt slice [D][2W] stays in L1 */    \
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + 8 <= nrows4; i += 8) {  /* 8 rows x 2W lanes: 16 accumulators per K load pair */ \
+            const T* q[8];                                                                       \
+            for (int r = 0; r < 8; r++) q[r] = Q + (i + r) * D;                                  \
+            fc_vec_##SUF a[8][2] = {{{0}}};                                                       \
+            const T* kp = Kt + j0;                                                               \
+            for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                     \
+                fc_vec_##SUF k0 = fc_load_##SUF(kp), k1 = fc_load_##SUF(kp + W);                 \
+                for (int r = 0; r < 8; r++) { a[r][0] += q[r][d] * k0; a[r][1] += q[r][d] * k1; } \
+            }                                                                                    \
+            for (int r = 0; r < 8; r++) {                                                        \
+                fc_store_##SUF(S + (i + r) * lds + j0, a[r][0]);                                 \
+                fc_store_##SUF(S + (i + r) * lds + j0 + W, a[r][1]);                             \
+            }                                                                                    \
+        }                                                                                        \
+        for (; i < nrows4; i += 4) {                                                             \
             const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                  \
             fc_vec_##SUF a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0};                             \
             fc_vec_##SUF a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};                             \
@@ -52,7 +67,28 @@ static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrd
                                T* const* vrows, ptrdiff_t D, T* O, ptrdiff_t ldo) {              \
     ptrdiff_t d0 = 0;                                                                            \
     for (; d0 + 2 * W <= D; d0 += 2 * W) {                                                       \
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + 8 <= nrows4; i += 8) {                                                        \
+            const T* p[8];                                                                       \
+            fc_vec_##SUF a[8][2];                                                                \
+            for (int r = 0; r < 8; r++) {                                                        \
+                p[r] = P + (i + r) * ldp;                                                        \
+                a[r][0] = fc_load_##SUF(O + (i + r) * ldo + d0);                                 \
+                a[r][1] = fc_load_##SUF(O + (i + r) * ldo + d0 + W);                             \
+            }                                                                                    \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                const T* v = vrows[j] + d0;                                                      \
+                if (d0 == 0 && i == 0 && j + FC_PREFETCH < ncols)                                \
+                    fc_prefetch_row(vrows[j + FC_PREFETCH], D * sizeof(T));                      \
+                fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                   \
+                for (int r = 0; r < 8; r++) { a[r][0] += p[r][j] * v0; a[r][1] += p[r][j] * v1; } \
+            }                                                                                    \
+            for (int r = 0; r < 8; r++) {                                                        \
+                fc_store_##SUF(O + (i + r) * ldo + d0, a[r][0]);                                 \
+                fc_store_##SUF(O + (i + r) * ldo + d0 + W, a[r][1]);                             \
+            }                                                                                    \
+        }                                                                                        \
+        for (; i < nrows4; i += 4) {                                                             \
             const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
             T *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;            \
             fc_vec_##SUF a00 = fc_load_##SUF(o0), a01 = fc_load_##SUF(o0 + W);                   \
