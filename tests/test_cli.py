@@ -155,3 +155,20 @@ def test_demo_verifies_every_kernel_and_dtype():
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [l for l in r.stdout.splitlines() if l.startswith("attention_")]
     assert len(rows) == 16 and all(l.rstrip().endswith("yes") for l in rows)
+
+
+def test_calibrate_fits_and_cost_predicts_time(tmp_path):
+    target = tmp_path / "calibration.json"
+    env = {"FUEL_CY_CALIBRATION": str(target)}
+    r = cli("calibrate", "--quick", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(target.read_text())
+    assert data["version"] == 1 and "machine" in data
+    fit = data["fits"]["attention_flash:F32"]
+    assert fit["ns_per_flop"] > 0 and 0 <= fit["heldout_max_rel_err"] < 10
+    assert "held-out" in r.stdout
+    cost = json.loads(cli("cost", "attention_flash", "--shape", "q=1,4,512,64", "--shape", "k=1,2,512,64",
+                          "--shape", "v=1,2,512,64", "--json", env=env).stdout)
+    assert cost["predicted_ns"] is not None and cost["predicted_ns"] > 0
+    assert json.loads(cli("cost", "attention_flash", "--shape", "q=1,4,512,64", "--shape", "k=1,2,512,64",
+                          "--shape", "v=1,2,512,64", "--json", env={"FUEL_CY_CALIBRATION": str(tmp_path / "none.json")}).stdout)["predicted_ns"] is None
