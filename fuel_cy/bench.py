@@ -351,6 +351,28 @@ def main(quick: bool = False, json_out: Optional[str] = None, plot: Optional[str
     return 0
 
 
+def _fit_time_model(samples: list[tuple[float, float, float]]) -> np.ndarray:
+    """Non-negative least squares of t ~ c0 + c1 * flops + c2 * bytes, weighted by 1/t so small
+    and large shapes count alike (relative error).  Three unknowns: try every support set."""
+    import itertools
+
+    a = np.array([[1.0, f, b] for f, b, _ in samples])
+    t = np.array([x[2] for x in samples])
+    aw, tw = a / t[:, None], np.ones_like(t)
+    best, best_res = np.zeros(3), np.inf
+    for k in range(1, 4):
+        for cols in itertools.combinations(range(3), k):
+            sub = np.linalg.lstsq(aw[:, cols], tw, rcond=None)[0]
+            if np.any(sub < 0):
+                continue
+            coef = np.zeros(3)
+            coef[list(cols)] = sub
+            res = float(np.sum((aw @ coef - tw) ** 2))
+            if res < best_res:
+                best, best_res = coef, res
+    return best
+
+
 def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: None) -> int:
     """Fit time ~ overhead_ns + flops * ns_per_flop + bytes * ns_per_byte per kernel and dtype on a
     shape sweep; report the error on held-out shapes; store a versioned JSON next to the build."""
@@ -384,10 +406,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                 samples.append((c.flops, c.bytes_moved, t * 1e9))
             train = samples[::2] + samples[-1:]
             held = [x for x in samples if x not in train] or samples[-1:]
-            a = np.array([[1.0, f, b] for f, b, _ in train])
-            y = np.array([t for _, _, t in train])
-            coef = np.linalg.lstsq(a, y, rcond=None)[0]
-            coef = np.maximum(coef, 0.0)
+            coef = _fit_time_model(train)
             pred = lambda f, b: coef[0] + coef[1] * f + coef[2] * b  # noqa: E731
             err = float(np.max([abs(pred(f, b) - t) / t for f, b, t in held]))
             fits[f"{name}:{code}"] = {"overhead_ns": float(coef[0]), "ns_per_flop": float(coef[1]),
