@@ -88,6 +88,9 @@ def test_kernel_page_shows_its_inputs_table(browser, server, kernel):
                   [th.text for th in t.find_elements("css selector", "th")][:3] == ["#", "name", "dtypes"])
     names = [row.find_elements("css selector", "td")[1].text for row in inputs.find_elements("css selector", "tbody tr")]
     assert names == [i.name for i in kernel.inputs]
+    returns = next(t for t in tables if [th.text for th in t.find_elements("css selector", "th")][:2] == ["output", "dtype rule"])
+    outs = [row.find_elements("css selector", "td")[0].text for row in returns.find_elements("css selector", "tbody tr")]
+    assert outs == [o.name for o in kernel.returns.items]
     assert kernel.blurb[:40] in browser.find_element("css selector", "article").text
     assert not _severe(browser)
     if kernel.name == "attention_paged_naive":
