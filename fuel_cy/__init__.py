@@ -17,7 +17,7 @@ _REBUILD = ("fuel_cy's compiled extension is missing or was built from other sou
             "with `pip install -e .` (or `fuel-cy build`) from the project checkout")
 
 try:
-    from ._generated import _kernels as _ext
+    from ._generated import _kernels as _ext  # noqa: F401  (the import is the check)
     from ._generated import _tables
 except ImportError as _exc:
     # Keep the pure-Python layers (contract, codegen, cli) importable so `fuel-cy build` can

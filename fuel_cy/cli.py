@@ -9,11 +9,10 @@ import dataclasses
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from .contract import ContractError, load_contract, parse_document
+from .contract import ContractError, load_contract
 from .contract.loader import contract_files, default_contracts_dir
 
 OK, PROBLEMS, USAGE = 0, 1, 2

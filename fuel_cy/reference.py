@@ -6,7 +6,6 @@ alone.
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import numpy as np
 

@@ -56,7 +56,6 @@ def test_validate_reports_three_errors_with_lines(tmp_path, canonical_text):
     assert r.returncode == 1
     lines = [l for l in r.stdout.splitlines() if l.startswith(str(path) + ":")]
     assert len(lines) >= 3
-    joined = "\n".join(lines)
     for fragment in ("U8", "zz", "attention-flash"):
         line = next(l for l in lines if fragment in l)
         number = int(line.split(":")[1])

@@ -3,12 +3,9 @@ nothing from a contract is executed."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import ml_dtypes

@@ -120,8 +120,7 @@ static inline double fc_exp_f64(double x) {
     return (x == x) ? y : x;
 }
 
-/* "math in T" for half types: exp/tanh computed in double and rounded once to f32, so a
- * pure-Python emulation (math.exp) reproduces the same bits; the caller then rounds to T. */
-static inline float fc_exp_via_double(float x) { return (float)exp((double)x); }
+/* "math in T" for half types: tanh computed in double and rounded once to f32, so a pure-Python
+ * emulation (math.tanh) reproduces the same bits; the caller then rounds to T. */
 static inline float fc_tanh_via_double(float x) { return (float)tanh((double)x); }
 #endif

@@ -14,7 +14,6 @@ cdef extern from "fc_math.h" nogil:
     float fc_round_f16(float x)
     float fc_expf(float x)
     double fc_exp_f64(double x)
-    float fc_exp_via_double(float x)
     float fc_tanh_via_double(float x)
     unsigned short fc_f32_to_bf16_bits(float x)
     unsigned short fc_f32_to_f16_bits(float x)

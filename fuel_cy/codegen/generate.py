@@ -1,7 +1,6 @@
 """contracts/ + templates/ -> fuel_cy/_generated/ (the only writer of generated files)."""
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional

@@ -16,7 +16,7 @@ from .model import (
 )
 from .recover import is_indented, reindent, split_comment
 from .schema import BLOCK, DTYPES, LAYOUT_KEYS, LAYOUT_POLICIES, PARAM_KINDS
-from .yamlload import LDict, LList, YamlProblem, load
+from .yamlload import LDict, YamlProblem, load
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RUST_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*\Z")

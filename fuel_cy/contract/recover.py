@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional
 
 from .schema import FreeMapNode, ListNode, MapNode, SchemaNode
 from .yamlload import YamlProblem

@@ -5,7 +5,7 @@ canonical formatter's indentation, and the model builder's "unknown key" errors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
 
