@@ -13,7 +13,7 @@
  * ask for the rows a few keys ahead explicitly. */
 #define FC_PREFETCH 8
 static inline void fc_prefetch_row(const void* p, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char*)p + off, 0, 0);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char*)p + off, 0, 3);
 }
 
 #define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
@@ -139,10 +139,11 @@ static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrd
     }                                                                                            \
 }
 
+
 #define FC_DEFINE_ROWDOTS(T, SUF, W)                                                             \
 /* S[i, j] = sum_d Q[i, d] * krows[j][d] for j < ncols, reading each key row once for 4 query   \
  * rows (decode: few queries per key, so packing K^T would cost more than the dots).  Each dot  \
- * is W lane partials (lane d % W, in order of d) summed in lane order. */                       \
+ * is W lane partials (lane d % W, in order of d) summed pairwise (fc_hsum). */                  \
 static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T* const* krows, \
                                     ptrdiff_t ncols, T* S, ptrdiff_t lds) {                     \
     for (ptrdiff_t j = 0; j < ncols; j++) {                                                      \
@@ -161,16 +162,55 @@ static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T
                 a0[l] += q0[d] * k[d]; a1[l] += q1[d] * k[d];                                    \
                 a2[l] += q2[d] * k[d]; a3[l] += q3[d] * k[d];                                    \
             }                                                                                    \
-            T s0 = a0[0], s1 = a1[0], s2 = a2[0], s3 = a3[0];                                    \
-            for (int l = 1; l < W; l++) { s0 += a0[l]; s1 += a1[l]; s2 += a2[l]; s3 += a3[l]; }  \
-            S[i * lds + j] = s0; S[(i + 1) * lds + j] = s1;                                      \
-            S[(i + 2) * lds + j] = s2; S[(i + 3) * lds + j] = s3;                                \
+            S[i * lds + j] = fc_hsum_##SUF(a0); S[(i + 1) * lds + j] = fc_hsum_##SUF(a1);        \
+            S[(i + 2) * lds + j] = fc_hsum_##SUF(a2); S[(i + 3) * lds + j] = fc_hsum_##SUF(a3);  \
         }                                                                                        \
     }                                                                                            \
 }
 
 FC_DEFINE_KERNELS(float, f32, 16)
 FC_DEFINE_KERNELS(double, f64, 8)
+
+/* Horizontal sums in a fixed pairwise order (halves added until one lane is left). */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define FC_HAVE_SHUFFLE 1
+#endif
+#endif
+#ifdef FC_HAVE_SHUFFLE
+typedef float fc_f32x8 __attribute__((vector_size(32)));
+typedef float fc_f32x4 __attribute__((vector_size(16)));
+typedef float fc_f32x2 __attribute__((vector_size(8)));
+typedef double fc_f64x4 __attribute__((vector_size(32)));
+typedef double fc_f64x2 __attribute__((vector_size(16)));
+static inline float fc_hsum_f32(fc_vec_f32 a) {
+    fc_f32x8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    fc_f32x4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+    fc_f32x2 e = __builtin_shufflevector(c, c, 0, 1) + __builtin_shufflevector(c, c, 2, 3);
+    return e[0] + e[1];
+}
+static inline double fc_hsum_f64(fc_vec_f64 a) {
+    fc_f64x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    fc_f64x2 c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
+    return c[0] + c[1];
+}
+#else
+static inline float fc_hsum_f32(fc_vec_f32 a) {
+    float t[8];
+    for (int l = 0; l < 8; l++) t[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++) t[l] = t[l] + t[l + 4];
+    for (int l = 0; l < 2; l++) t[l] = t[l] + t[l + 2];
+    return t[0] + t[1];
+}
+static inline double fc_hsum_f64(fc_vec_f64 a) {
+    double t[4];
+    for (int l = 0; l < 4; l++) t[l] = a[l] + a[l + 4];
+    for (int l = 0; l < 2; l++) t[l] = t[l] + t[l + 2];
+    return t[0] + t[1];
+}
+#endif
+
 FC_DEFINE_ROWDOTS(float, f32, 16)
 FC_DEFINE_ROWDOTS(double, f64, 8)
 
