@@ -146,7 +146,7 @@ cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef Py_ssize_t qt = task % nqt, rest = task // nqt
     cdef Py_ssize_t kvh = kv0 + rest // G
     cdef Py_ssize_t b = kvh // sh.Hkv, hk = kvh % sh.Hkv, h = hk * G + rest % G
-    cdef Py_ssize_t i0 = qt * BR_NAIVE, nr, nr4, t, j0, nc, r, jj, d, kend
+    cdef Py_ssize_t i0 = qt * BR_NAIVE, nr, nr4, t, j0, nc, r, jj, d, kend, ka, kb, lo, hi, t0, t1, kofs, n
     cdef real_t* Qs = buf
     cdef real_t* O = Qs + BR_NAIVE * D
     cdef real_t* S = O + BR_NAIVE * D
@@ -164,21 +164,31 @@ cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     kend = o.k_len if o.k_len < Sk else Sk
     copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
     zero(O, nr4 * D)
-    for t in range(ceil_div(kend, BC)):
-        qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + t * BC, Skp)
-    for r in range(nr):
-        transform_row(tag, S + r * Skp, kend, 0, i0 + r, scale, cap, slope, slopes != NULL, o, masked, NULL)
-        softmax_row(tag, S + r * Skp, kend)
-    for r in range(nr, nr4):
-        zero(S + r * Skp, kend)
-    for t in range(ceil_div(kend, BC)):
-        j0 = t * BC
-        nc = kend - j0
-        if nc > BC:
-            nc = BC
-        for jj in range(nc):
-            rows[jj] = vbase + (j0 + jj) * D
-        pv_accum(tag, S + j0, Skp, nr4, nc, rows, D, O, D)
+    # Only key tiles some row of this task can attend: masked keys have p = 0 exactly, and tiles
+    # start at multiples of 128, so the lane order of every sum is the one over the full row.
+    admissible_range(i0, o, &ka, &kb)
+    admissible_range(i0 + nr - 1, o, &lo, &hi)
+    kb = hi
+    if kb > ka:
+        t0 = ka // BC
+        t1 = ceil_div(kb, BC)
+        kofs = t0 * BC
+        n = (t1 * BC if t1 * BC < kend else kend) - kofs
+        for t in range(t0, t1):
+            qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp)
+        for r in range(nr):
+            transform_row(tag, S + r * Skp, n, kofs, i0 + r, scale, cap, slope, slopes != NULL, o, masked, NULL)
+            softmax_row(tag, S + r * Skp, n)
+        for r in range(nr, nr4):
+            zero(S + r * Skp, n)
+        for t in range(t0, t1):
+            j0 = t * BC
+            nc = kend - j0
+            if nc > BC:
+                nc = BC
+            for jj in range(nc):
+                rows[jj] = vbase + (j0 + jj) * D
+            pv_accum(tag, S + (j0 - kofs), Skp, nr4, nc, rows, D, O, D)
     for r in range(nr):
         for d in range(D):
             out[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = O[r * D + d]
