@@ -9,6 +9,7 @@ import fuel_cy
 from fuel_cy.tolerance import bound, relative_error
 
 import reference_impl as ref
+from inputs import attention_inputs
 
 # (id, B, Hq, Hkv, Sq, Sk, D, params, alibi)
 CASES = [
@@ -42,12 +43,7 @@ CASES = [
 
 def _make(case, dtype, seed=0):
     _, b, hq, hkv, sq, sk, d, params, alibi = case
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
-    k = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
-    v = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
-    slopes = (rng.random(hq) * 0.5).astype(dtype) if alibi else None
-    return q, k, v, slopes, dict(params)
+    return (*attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed), dict(params))
 
 
 def _reference(q, k, v, slopes, params):

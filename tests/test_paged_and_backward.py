@@ -10,6 +10,7 @@ import fuel_cy
 from fuel_cy.tolerance import bound, relative_error
 
 import reference_impl as ref
+from inputs import attention_inputs
 
 
 def _paged_case(rng, b, hq, hkv, sq, d, bs, maxb, lens, dtype=np.float32, spare=7):
@@ -88,13 +89,7 @@ BWD = [
 
 def _bwd_inputs(case, dtype, seed=0):
     _, b, hq, hkv, sq, sk, d, params, alibi = case
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
-    k = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
-    v = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
-    do = rng.standard_normal((b, hq, sq, d)).astype(dtype)
-    slopes = (rng.random(hq) * 0.5).astype(dtype) if alibi else None
-    return q, k, v, do, slopes, dict(params)
+    return (*attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed, with_do=True), dict(params))
 
 
 @pytest.mark.parametrize("case", BWD, ids=[c[0] for c in BWD])

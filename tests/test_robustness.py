@@ -19,6 +19,7 @@ from fuel_cy.contract import ContractError, parse_document
 from fuel_cy.tolerance import relative_error
 
 import reference_impl as ref
+from inputs import attention_inputs
 from conftest import ROOT
 
 FUZZ_EXAMPLES = int(os.environ.get("FUEL_CY_FUZZ_EXAMPLES", "120"))  # long profile: e.g. 5000
@@ -52,12 +53,7 @@ def attention_problems(draw):
 
 
 def _arrays(b, hq, hkv, sq, sk, d, alibi, seed, dtype=np.float32):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
-    k = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
-    v = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
-    slopes = rng.random(hq).astype(dtype) if alibi else None
-    return q, k, v, slopes
+    return attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed, slope_scale=1.0)
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
