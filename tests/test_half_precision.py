@@ -33,6 +33,38 @@ def test_core_rounding_is_bitwise_ml_dtypes(code, target):
     assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
+def _bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("which,target", [("bf16-int", ml_dtypes.bfloat16), ("f16", np.float16)])
+def test_vector_rounding_is_bitwise_ml_dtypes(which, target):
+    """The rounding inside the half-type GEMMs (fc_simd.h), NaN payloads included."""
+    x = np.concatenate([_interesting_floats(), np.array([np.nan, -np.nan], np.float32),
+                        np.array([0x7FC12345, 0xFF812345, 0x7F800001], np.uint32).view(np.float32)])
+    ours = _kernels._core_round_vec(x, which)
+    with np.errstate(over="ignore", invalid="ignore"):
+        theirs = x.astype(target).astype(np.float32)
+    finite = ~np.isnan(x)
+    assert np.array_equal(_bits(ours)[finite], _bits(theirs)[finite])
+    assert np.array_equal(_bits(ours)[~finite], _bits(_kernels._core_round(x[~finite], "BF16" if "bf16" in which else "F16")))
+
+
+def test_bf16_instruction_rounding_differs_only_on_f32_subnormals():
+    """vcvtneps2bf16 flushes f32 subnormals; everywhere else it is ml_dtypes' rounding.  The
+    kernels use it only where the operands' exponents prove no subnormal can arise (next test)."""
+    x = _interesting_floats()
+    ours = _kernels._core_round_vec(x, "bf16-cvt")
+    if ours is None:  # portable build or older CPU: the GEMMs use the integer rounding only
+        assert fuel_cy.build_info()["portable"] or "avx512_bf16" not in open("/proc/cpuinfo").read()
+        return
+    theirs = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    sub = (np.abs(x) < np.float32(2.0**-126)) & (x != 0)
+    assert sub.sum() > 1000
+    assert np.array_equal(_bits(ours)[~sub], _bits(theirs)[~sub])
+    assert not np.array_equal(_bits(ours)[sub], _bits(theirs)[sub])
+
+
 @pytest.mark.parametrize("code", ["BF16", "F16"])
 def test_core_rounding_keeps_nan(code):
     x = np.array([np.nan, -np.nan, np.inf, -np.inf], np.float32)
@@ -59,6 +91,8 @@ EMU_CASES = [
     ("causal-alibi", 1, 2, 2, 7, 7, 5, {"causal": True}, True),
     ("softcap-window", 2, 2, 1, 6, 21, 4, {"softcap": 2.0, "window_size_left": 3, "window_size_right": 1}, True),
     ("k-len", 1, 1, 1, 4, 40, 3, {"k_len": 33, "softmax_scale": 0.7}, False),
+    # two key tiles and D = 32 + 8: the vector GEMM blocks and their scalar tail
+    ("wide", 1, 2, 1, 9, 150, 40, {"causal": True}, False),
 ]
 
 
@@ -77,6 +111,29 @@ def test_naive_is_bitwise_the_emulation(code, dtype, case):
                           params.get("window_size_left"), params.get("window_size_right"),
                           params.get("softcap"), params.get("k_len"))
     assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+
+
+@pytest.mark.parametrize("tiny", ["qk", "v"])
+def test_bf16_gemms_stay_exact_where_f32_subnormals_arise(tiny):
+    """Tiny operands make products and partial sums f32 subnormals, which the one-instruction bf16
+    rounding would flush: the kernels must notice and round those tiles exactly."""
+    rng = np.random.default_rng(11)
+    b, hq, hkv, sq, sk, d = 1, 2, 1, 9, 140, 40
+    q = rng.standard_normal((b, hq, sq, d))
+    k = rng.standard_normal((b, hkv, sk, d))
+    v = rng.standard_normal((b, hkv, sk, d))
+    if tiny == "qk":
+        q, k = q * 2.0**-60, k * 2.0**-62
+    else:
+        v = v * 2.0**-119
+    q, k, v = (x.astype(ml_dtypes.bfloat16) for x in (q, k, v))
+    scale = 2.0**123 if tiny == "qk" else 1 / np.sqrt(d)  # so that tiny scores still matter
+    out = fuel_cy.attention_naive(q, k, v, softmax_scale=scale)
+    emu = emulation.naive("BF16", q, k, v, None, float(np.float32(scale)))
+    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+    products = (q.astype(np.float64)[..., :, None, :] * k.astype(np.float64)[..., None, :, :]) if tiny == "qk" \
+        else v.astype(np.float64) / sk
+    assert ((np.abs(products) < 2.0**-126) & (products != 0)).any()  # the case really arises
 
 
 @pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])

@@ -179,9 +179,12 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
         else:
             fc_qk_f64(Q, nrows4, D, Kt, S, lds)
         return
-    if rnd_t is RoundBF16:  # the same rounded loops with bf16 rounding vectorized in C
-        if real_t is float:
+    if real_t is float:  # the same rounded loops with the rounding vectorized in C
+        if rnd_t is RoundBF16:
             fc_qk_bf16(Q, nrows4, D, Kt, S, lds)
+            return
+        if rnd_t is RoundF16:
+            fc_qk_f16(Q, nrows4, D, Kt, S, lds)
             return
     cdef real_t acc0[NL]
     cdef real_t acc1[NL]
@@ -224,9 +227,12 @@ cdef inline void pv_accum(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows
         else:
             fc_pv_f64(P, ldp, nrows4, ncols, vrows, D, O, ldo)
         return
-    if rnd_t is RoundBF16:  # the same rounded loops with bf16 rounding vectorized in C
-        if real_t is float:
+    if real_t is float:  # the same rounded loops with the rounding vectorized in C
+        if rnd_t is RoundBF16:
             fc_pv_bf16(P, ldp, nrows4, ncols, vrows, D, O, ldo)
+            return
+        if rnd_t is RoundF16:
+            fc_pv_f16(P, ldp, nrows4, ncols, vrows, D, O, ldo)
             return
     cdef real_t acc0[NL]
     cdef real_t acc1[NL]

@@ -160,6 +160,19 @@ def _core_round(float[::1] x, str code):
     return out
 
 
+def _core_round_vec(float[::1] x, str which):
+    """Testing hook: the vector roundings of the half-type GEMMs ("bf16-int", "bf16-cvt", "f16").
+    Returns None for "bf16-cvt" when this build has no AVX512-BF16 instruction."""
+    cdef int w = {"bf16-int": 0, "bf16-cvt": 1, "f16": 2}[which]
+    if w == 1 and not FC_HAVE_BF16_CVT:
+        return None
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    if x.shape[0]:
+        fc_round_vec_array(&x[0], &o[0], x.shape[0], w)
+    return out
+
+
 def _core_exp_f64(double[::1] x):
     """Testing hook: the vectorizable exp used by the f64 kernels."""
     out = _np.empty(x.shape[0], dtype=_np.float64)

@@ -56,12 +56,23 @@ static inline float fc_f16_bits_to_f32(uint16_t h) {
     }
     return fc_u2f(sign | ((e + 112u) << 23) | (m << 13));
 }
-#if defined(__F16C__) && defined(__FLT16_MAX__)
-/* Hardware conversion (vcvtps2ph/vcvtph2ps): the same round-to-nearest-even, and vectorizable. */
-static inline float fc_round_f16(float f) { return (float)(_Float16)f; }
-#else
-static inline float fc_round_f16(float f) { return fc_f16_bits_to_f32(fc_f32_to_f16_bits(f)); }
-#endif
+/* The same rounding in branch-free f32 arithmetic, so that gcc vectorizes the element-wise loops
+ * that call it (a scalar vcvtps2ph per element kept them scalar): adding c = 1.5 * 2^(e+13),
+ * whose spacing is the binary16 spacing at x's exponent e (2^-24 below 2^-14), rounds x to
+ * nearest-even in one f32 addition; subtracting c is exact.  Overflow, NaN and the sign of
+ * zero are set apart.  Bitwise equal to fc_f32_to_f16_bits (tests/test_half_precision.py). */
+static inline float fc_round_f16(float f) {
+    uint32_t u = fc_f2u(f);
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t e = a & 0x7f800000u;
+    e = e < 0x38800000u ? 0x38800000u : e;    /* f16 subnormals share the 2^-24 spacing */
+    e = e > 0x47000000u ? 0x47000000u : e;    /* |x| >= 2^16 becomes inf below */
+    float c = fc_u2f((e + (13u << 23)) | 0x00400000u);
+    uint32_t r = fc_f2u((f + c) - c) | (u & 0x80000000u);
+    r = a >= 0x477ff000u ? ((u & 0x80000000u) | 0x7f800000u) : r;   /* >= 65520: inf */
+    r = a > 0x7f800000u ? ((u & 0xffffe000u) | 0x00400000u) : r;    /* NaN: quiet, payload cut */
+    return fc_u2f(r);
+}
 
 /* Vectorizable expf (Cephes polynomial, ~1-2 ulp).  Results below ~exp(-86.5) flush to 0,
  * above 88.72 give +inf, NaN propagates.  No -ffast-math needed: gcc vectorizes the selects. */

@@ -214,14 +214,19 @@ static inline double fc_hsum_f64(fc_vec_f64 a) {
 FC_DEFINE_ROWDOTS(float, f32, 16)
 FC_DEFINE_ROWDOTS(double, f64, 8)
 
-/* ---- "math in T" variant for bf16 held in float: every product and sum rounded to bf16. ------
- * (f16 keeps the generic Cython loops: vector _Float16 conversions measured slower there.)
+/* ---- "math in T" variants for the half types held in float: every product and sum rounded. ----
  * Same loops and order as the generic Cython blocks (sequential over the contraction index per
- * element), so results are bit-identical to them; only the rounding is vectorized. */
+ * element), so results are bit-identical to them; only the rounding is vectorized.  Rows go in
+ * blocks of 8 x 2 vectors because each step is a chain of dependent mul/round/add/round: four
+ * chains left the core waiting on latency. */
 #include "fc_math.h"
+#if defined(__AVX512F__) && (defined(__F16C__) || defined(__AVX512BF16__))
+#include <immintrin.h>
+#endif
 typedef unsigned int fc_u32x16 __attribute__((vector_size(64)));
 
-static inline fc_vec_f32 fc_rbf16_v(fc_vec_f32 x) {
+/* bf16 by integer arithmetic: exact for every input (subnormals, inf, NaN). */
+static inline fc_vec_f32 fc_rbf16_exact_v(fc_vec_f32 x) {
     fc_u32x16 u;
     memcpy(&u, &x, 64);
     fc_u32x16 nan = (u & 0x7fffffffu) > 0x7f800000u;                 /* all-ones where NaN */
@@ -232,57 +237,173 @@ static inline fc_vec_f32 fc_rbf16_v(fc_vec_f32 x) {
     return x;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+/* vcvtneps2bf16: the same round-to-nearest-even and quiet NaN, in one instruction, but it flushes
+ * f32 subnormal inputs to zero.  Only used where fc_bf16_no_subnormals() proved none can occur. */
+#define FC_HAVE_BF16_CVT 1
+static inline fc_vec_f32 fc_rbf16_cvt_v(fc_vec_f32 x) {
+    __m256i h = (__m256i)_mm512_cvtneps_pbh((__m512)x);
+    return (fc_vec_f32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+}
+#else
+#define FC_HAVE_BF16_CVT 0
+#define fc_rbf16_cvt_v fc_rbf16_exact_v
+#endif
+
+#if defined(__AVX512F__) && defined(__F16C__)
+/* vcvtps2ph/vcvtph2ps: round-to-nearest-even binary16 with subnormals, overflow and NaN exactly
+ * as fc_f32_to_f16_bits (checked over all 2^32 inputs by tests/test_rounding_exhaustive.py). */
+static inline fc_vec_f32 fc_rf16_v(fc_vec_f32 x) {
+    __m256i h = _mm512_cvtps_ph((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return (fc_vec_f32)_mm512_cvtph_ps(h);
+}
+#else
+static inline fc_vec_f32 fc_rf16_v(fc_vec_f32 x) {
+    for (int l = 0; l < 16; l++) x[l] = fc_round_f16(x[l]);
+    return x;
+}
+#endif
+
+/* Smallest biased exponent among the nonzero values of n floats (subnormals count as 1; 255 if
+ * all are zero).  Used to prove that a rounded bf16 GEMM never meets an f32 subnormal: if every
+ * operand of a product is a multiple of 2^-63 (exponent fields sum to >= 142) and every starting
+ * accumulator a multiple of 2^-126 (field >= 8), then every product, sum and rounding in the chain
+ * is a multiple of 2^-126, so it is either zero or normal. */
+static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
+    fc_u32x16 m = {0};
+    m = m + 255u;
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        fc_u32x16 u;
+        memcpy(&u, p + i, 64);
+        u &= 0x7fffffffu;
+        fc_u32x16 e = u >> 23;
+        e += (fc_u32x16)(e == 0u) & 1u;          /* subnormals: field 1 */
+        e |= (fc_u32x16)(u == 0u);               /* zeros: all ones, never the minimum */
+        fc_u32x16 lt = (fc_u32x16)(e < m);
+        m = (e & lt) | (m & ~lt);
+    }
+    unsigned r = 255u;
+    for (int l = 0; l < 16; l++) r = m[l] < r ? m[l] : r;
+    for (; i < n; i++) {
+        uint32_t u = fc_f2u(p[i]) & 0x7fffffffu;
+        unsigned e = u >> 23;
+        if (u != 0 && (e < 1u ? 1u : e) < r) r = e < 1u ? 1u : e;
+    }
+    return r;
+}
+
+#define FC_RQK_BLOCK(RV, NRB)                                                                    \
+    {                                                                                            \
+        const float* q[NRB];                                                                     \
+        for (int r = 0; r < NRB; r++) q[r] = Q + (i + r) * D;                                    \
+        fc_vec_f32 a[NRB][2] = {{{0}}};                                                           \
+        const float* kp = Kt + j0;                                                               \
+        for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
+            fc_vec_f32 k0 = fc_load_f32(kp), k1 = fc_load_f32(kp + 16);                          \
+            for (int r = 0; r < NRB; r++) {                                                      \
+                a[r][0] = RV(a[r][0] + RV(q[r][d] * k0));                                        \
+                a[r][1] = RV(a[r][1] + RV(q[r][d] * k1));                                        \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_f32(S + (i + r) * lds + j0, a[r][0]);                                       \
+            fc_store_f32(S + (i + r) * lds + j0 + 16, a[r][1]);                                  \
+        }                                                                                        \
+    }
+
+#define FC_RPV_BLOCK(RV, NRB)                                                                    \
+    {                                                                                            \
+        const float* p[NRB];                                                                     \
+        fc_vec_f32 a[NRB][2];                                                                    \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            p[r] = P + (i + r) * ldp;                                                            \
+            a[r][0] = fc_load_f32(O + (i + r) * ldo + d0);                                       \
+            a[r][1] = fc_load_f32(O + (i + r) * ldo + d0 + 16);                                  \
+        }                                                                                        \
+        for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
+            fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0), v1 = fc_load_f32(vrows[j] + d0 + 16);    \
+            for (int r = 0; r < NRB; r++) {                                                      \
+                a[r][0] = RV(a[r][0] + RV(p[r][j] * v0));                                        \
+                a[r][1] = RV(a[r][1] + RV(p[r][j] * v1));                                        \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_f32(O + (i + r) * ldo + d0, a[r][0]);                                       \
+            fc_store_f32(O + (i + r) * ldo + d0 + 16, a[r][1]);                                  \
+        }                                                                                        \
+    }
+
 #define FC_DEFINE_ROUNDED(SUF, RV, RS)                                                           \
 static inline void fc_qk_##SUF(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,   \
                                float* S, ptrdiff_t lds) {                                        \
-    for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 16) {                                               \
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
-            const float *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;              \
-            fc_vec_f32 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                   \
-            const float* kp = Kt + j0;                                                           \
-            for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                     \
-                fc_vec_f32 k0 = fc_load_f32(kp);                                                 \
-                a0 = RV(a0 + RV(q0[d] * k0)); a1 = RV(a1 + RV(q1[d] * k0));                      \
-                a2 = RV(a2 + RV(q2[d] * k0)); a3 = RV(a3 + RV(q3[d] * k0));                      \
-            }                                                                                    \
-            float* s = S + i * lds + j0;                                                         \
-            fc_store_f32(s, a0); fc_store_f32(s + lds, a1);                                      \
-            fc_store_f32(s + 2 * lds, a2); fc_store_f32(s + 3 * lds, a3);                        \
-        }                                                                                        \
+    for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 32) {                                               \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + 8 <= nrows4; i += 8) FC_RQK_BLOCK(RV, 8)                                      \
+        for (; i < nrows4; i += 4) FC_RQK_BLOCK(RV, 4)                                           \
     }                                                                                            \
 }                                                                                                \
 static inline void fc_pv_##SUF(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, \
                                float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {      \
     ptrdiff_t d0 = 0;                                                                            \
-    for (; d0 + 16 <= D; d0 += 16) {                                                             \
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
-            const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;       \
-            float *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;        \
-            fc_vec_f32 a0 = fc_load_f32(o0), a1 = fc_load_f32(o1);                               \
-            fc_vec_f32 a2 = fc_load_f32(o2), a3 = fc_load_f32(o3);                               \
-            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
-                fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0);                                      \
-                a0 = RV(a0 + RV(p0[j] * v0)); a1 = RV(a1 + RV(p1[j] * v0));                      \
-                a2 = RV(a2 + RV(p2[j] * v0)); a3 = RV(a3 + RV(p3[j] * v0));                      \
-            }                                                                                    \
-            fc_store_f32(o0, a0); fc_store_f32(o1, a1);                                          \
-            fc_store_f32(o2, a2); fc_store_f32(o3, a3);                                          \
-        }                                                                                        \
+    for (; d0 + 32 <= D; d0 += 32) {                                                             \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + 8 <= nrows4; i += 8) FC_RPV_BLOCK(RV, 8)                                      \
+        for (; i < nrows4; i += 4) FC_RPV_BLOCK(RV, 4)                                           \
     }                                                                                            \
-    for (; d0 < D; d0++) {                                                                       \
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
-            const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;       \
-            float *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;        \
-            float a0 = *o0, a1 = *o1, a2 = *o2, a3 = *o3;                                        \
-            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
-                float v = vrows[j][d0];                                                          \
-                a0 = RS(a0 + RS(p0[j] * v)); a1 = RS(a1 + RS(p1[j] * v));                        \
-                a2 = RS(a2 + RS(p2[j] * v)); a3 = RS(a3 + RS(p3[j] * v));                        \
-            }                                                                                    \
-            *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;                                              \
+    for (; d0 < D; d0++) {  /* D % 32 tail: one lane at a time, same order */                  \
+        for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
+            const float* pr = P + i * ldp;                                                       \
+            float a = O[i * ldo + d0];                                                           \
+            for (ptrdiff_t j = 0; j < ncols; j++) a = RS(a + RS(pr[j] * vrows[j][d0]));          \
+            O[i * ldo + d0] = a;                                                                 \
         }                                                                                        \
     }                                                                                            \
 }
 
-FC_DEFINE_ROUNDED(bf16, fc_rbf16_v, fc_round_bf16)
+FC_DEFINE_ROUNDED(bf16_exact, fc_rbf16_exact_v, fc_round_bf16)
+FC_DEFINE_ROUNDED(bf16_cvt, fc_rbf16_cvt_v, fc_round_bf16)
+FC_DEFINE_ROUNDED(f16, fc_rf16_v, fc_round_f16)
+
+/* Testing hook: apply one of the vector roundings (0: bf16 integer, 1: bf16 instruction,
+ * 2: f16) to n floats, 16 at a time. */
+static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, int which) {
+    for (ptrdiff_t i = 0; i < n; i += 16) {
+        float buf[16] = {0};
+        ptrdiff_t m = n - i < 16 ? n - i : 16;
+        memcpy(buf, x + i, (size_t)m * 4);
+        fc_vec_f32 v = fc_load_f32(buf);
+        v = which == 0 ? fc_rbf16_exact_v(v) : which == 1 ? fc_rbf16_cvt_v(v) : fc_rf16_v(v);
+        fc_store_f32(buf, v);
+        memcpy(out + i, buf, (size_t)m * 4);
+    }
+}
+
+/* bf16 entry points: the one-instruction rounding when the operands' exponents rule out f32
+ * subnormals anywhere in the chain (the common case), the integer rounding otherwise. */
+static inline void fc_qk_bf16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
+                              float* S, ptrdiff_t lds) {
+    if (FC_HAVE_BF16_CVT && fc_min_exp_field(Q, nrows4 * D) + fc_min_exp_field(Kt, D * FC_BC) >= 142u)
+        fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds);
+    else
+        fc_qk_bf16_exact(Q, nrows4, D, Kt, S, lds);
+}
+static inline void fc_pv_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                              float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    if (FC_HAVE_BF16_CVT) {
+        unsigned ep = 255u, ev = 255u, eo = 255u, e;
+        for (ptrdiff_t i = 0; i < nrows4; i++) {
+            e = fc_min_exp_field(P + i * ldp, ncols); ep = e < ep ? e : ep;
+            e = fc_min_exp_field(O + i * ldo, D); eo = e < eo ? e : eo;
+        }
+        for (ptrdiff_t j = 0; j < ncols; j++) {
+            e = fc_min_exp_field(vrows[j], D); ev = e < ev ? e : ev;
+        }
+        if (ep + ev >= 142u && eo >= 8u) {
+            fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+            return;
+        }
+    }
+    fc_pv_bf16_exact(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+}
 #endif
