@@ -50,11 +50,12 @@ def test_vector_rounding_is_bitwise_ml_dtypes(which, target):
     assert np.array_equal(_bits(ours)[~finite], _bits(_kernels._core_round(x[~finite], "BF16" if "bf16" in which else "F16")))
 
 
-def test_bf16_instruction_rounding_differs_only_on_f32_subnormals():
+@pytest.mark.parametrize("which", ["bf16-cvt", "bf16-cvt-pair"])
+def test_bf16_instruction_rounding_differs_only_on_f32_subnormals(which):
     """vcvtneps2bf16 flushes f32 subnormals; everywhere else it is ml_dtypes' rounding.  The
     kernels use it only where the operands' exponents prove no subnormal can arise (next test)."""
     x = _interesting_floats()
-    ours = _kernels._core_round_vec(x, "bf16-cvt")
+    ours = _kernels._core_round_vec(x, which)
     if ours is None:  # portable build or older CPU: the GEMMs use the integer rounding only
         assert fuel_cy.build_info()["portable"] or "avx512_bf16" not in open("/proc/cpuinfo").read()
         return

@@ -161,10 +161,11 @@ def _core_round(float[::1] x, str code):
 
 
 def _core_round_vec(float[::1] x, str which):
-    """Testing hook: the vector roundings of the half-type GEMMs ("bf16-int", "bf16-cvt", "f16").
-    Returns None for "bf16-cvt" when this build has no AVX512-BF16 instruction."""
-    cdef int w = {"bf16-int": 0, "bf16-cvt": 1, "f16": 2}[which]
-    if w == 1 and not FC_HAVE_BF16_CVT:
+    """Testing hook: the vector roundings of the half-type GEMMs ("bf16-int", "bf16-cvt",
+    "bf16-cvt-pair", "f16").  Returns None for the bf16 instruction forms when this build has no
+    AVX512-BF16."""
+    cdef int w = {"bf16-int": 0, "bf16-cvt": 1, "f16": 2, "bf16-cvt-pair": 3}[which]
+    if (w == 1 or w == 3) and not FC_HAVE_BF16_CVT:
         return None
     out = _np.empty(x.shape[0], dtype=_np.float32)
     cdef float[::1] o = out
