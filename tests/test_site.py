@@ -81,13 +81,23 @@ def test_home_page_renders(browser, server):
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=[k.name for k in KERNELS])
 def test_kernel_page_shows_its_inputs_table(browser, server, kernel):
+    from selenium.webdriver.support.ui import WebDriverWait
+
     browser.get(f"{server}/kernels/{kernel.name}/")
-    # read cell text from the DOM (textContent), independent of scrolling and visibility
-    tables = browser.execute_script("""
+    # read cell text from the DOM (textContent), independent of scrolling and visibility; wait
+    # for both tables, as the page can still be rendering when get() returns (seen flaky)
+    script = """
         return Array.from(document.querySelectorAll('article table')).map(t => ({
             head: Array.from(t.querySelectorAll('th')).map(c => c.textContent.trim()),
             rows: Array.from(t.querySelectorAll('tbody tr')).map(r =>
-                Array.from(r.querySelectorAll('td')).map(c => c.textContent.trim()))}));""")
+                Array.from(r.querySelectorAll('td')).map(c => c.textContent.trim()))}));"""
+
+    def both_tables(b):
+        tables = b.execute_script(script)
+        heads = [t["head"][:3] for t in tables]
+        return tables if ["#", "name", "dtypes"] in heads and any(h[:2] == ["output", "dtype rule"] for h in heads) else None
+
+    tables = WebDriverWait(browser, 15).until(both_tables)
     inputs = next(t for t in tables if t["head"][:3] == ["#", "name", "dtypes"])
     assert [row[1] for row in inputs["rows"]] == [i.name for i in kernel.inputs]
     returns = next(t for t in tables if t["head"][:2] == ["output", "dtype rule"])
