@@ -95,9 +95,9 @@ cdef object drive_attention_paged_naive(rnd_t tag, real_t[::1] q, real_t[::1] kc
     if sh.D == 0 or sh.max_blocks * sh.block_size == 0:
         out[:] = 0
         return
-    cdef Py_ssize_t Skp = ceil_div(sh.max_blocks * sh.block_size, BC) * BC
-    cdef Py_ssize_t ntasks = sh.B * sh.Hkv * ceil_div((sh.Hq // sh.Hkv) * sh.Sq, BR_NAIVE)
-    cdef Py_ssize_t per_thread = 2 * BR_NAIVE * sh.D + sh.D * BC + BR_NAIVE * Skp
+    paged_split(&sh, nthreads)
+    cdef Py_ssize_t ntasks = paged_tasks(&sh)
+    cdef Py_ssize_t per_thread = paged_scratch(&sh)
     cdef int nt = <int>min(nthreads, ntasks)
     dt = _work_dtype(<real_t*>NULL)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)

@@ -206,6 +206,37 @@ cdef void naive_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* 
 
 cdef struct PagedShape:
     Py_ssize_t B, Hq, Hkv, Sq, D, block_size, max_blocks, num_blocks
+    Py_ssize_t heads_per_task   # kv heads one task serves together (see paged_split)
+    Py_ssize_t rows_per_head    # query rows of each of those heads per task (<= G * Sq)
+
+
+cdef inline void paged_split(PagedShape* sh, int nthreads) noexcept nogil:
+    """Choose the task shape.  A key's rows for all kv heads are adjacent in the pool, so serving
+    several heads per task reads the pool front to back; decode has few query rows per head,
+    so up to 64 rows fit one task.  Keep >= 4 tasks per thread for balance.  (Results do not
+    depend on the split: each score and output element is computed the same way.)"""
+    cdef Py_ssize_t rph = (sh.Hq // sh.Hkv) * sh.Sq, nh
+    if rph >= BR_NAIVE:
+        sh.heads_per_task = 1
+        sh.rows_per_head = BR_NAIVE
+        return
+    sh.rows_per_head = rph
+    nh = 64 // ((rph + NR - 1) // NR * NR)
+    if nh > sh.Hkv:
+        nh = sh.Hkv
+    while nh > 1 and sh.B * ceil_div(sh.Hkv, nh) < 4 * nthreads:
+        nh = (nh + 1) // 2
+    sh.heads_per_task = nh
+
+
+cdef inline Py_ssize_t paged_tasks(PagedShape* sh) noexcept nogil:
+    return (sh.B * ceil_div(sh.Hkv, sh.heads_per_task)
+            * ceil_div((sh.Hq // sh.Hkv) * sh.Sq, sh.rows_per_head))
+
+
+cdef inline Py_ssize_t paged_scratch(PagedShape* sh) noexcept nogil:
+    cdef Py_ssize_t rows = sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR)
+    return 2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
 
 
 cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, real_t* vc,
@@ -214,35 +245,40 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, bs = sh.block_size, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t cap_keys = sh.max_blocks * bs
     cdef Py_ssize_t Skp = ceil_div(cap_keys, BC) * BC
-    cdef Py_ssize_t nch = ceil_div(G * Sq, BR_NAIVE)
-    cdef Py_ssize_t ch = task % nch, bk = task // nch
-    cdef Py_ssize_t hk = bk % sh.Hkv, b = bk // sh.Hkv
-    cdef Py_ssize_t r0 = ch * BR_NAIVE, nr, nr4, r, t, j0, nc, jj, kj, blk, d, rr, h, qp, kend
+    cdef Py_ssize_t nch = ceil_div(G * Sq, sh.rows_per_head), ngr = ceil_div(sh.Hkv, sh.heads_per_task)
+    cdef Py_ssize_t ch = task % nch, gr = (task // nch) % ngr, b = task // (nch * ngr)
+    cdef Py_ssize_t hk0 = gr * sh.heads_per_task, nh = sh.Hkv - hk0
+    cdef Py_ssize_t r0 = ch * sh.rows_per_head, nr, nr4, r, x, t, j0, nc, jj, kj, blk, d, rr, h, hl, qp, kend
+    if nh > sh.heads_per_task:
+        nh = sh.heads_per_task
+    nr = G * Sq - r0
+    if nr > sh.rows_per_head:
+        nr = sh.rows_per_head
+    nr4 = (nr + NR - 1) // NR * NR
+    # rows are head-major: row x = hl * nr4 + r is query row r0 + r of kv head hk0 + hl
     cdef real_t* Qs = buf
-    cdef real_t* O = Qs + BR_NAIVE * D
-    cdef real_t* Kt = O + BR_NAIVE * D
+    cdef real_t* O = Qs + nh * nr4 * D
+    cdef real_t* Kt = O + nh * nr4 * D
     cdef real_t* S = Kt + D * BC
     cdef real_t* rows[BC]
+    cdef real_t* hrows[BC]
     cdef real_t scale = R(tag, <real_t>scale_in)
     cdef real_t cap = R(tag, <real_t>cap_in)
     cdef AttnOpts o
-    nr = G * Sq - r0
-    if nr > BR_NAIVE:
-        nr = BR_NAIVE
-    nr4 = (nr + NR - 1) // NR * NR
     kend = ctx_lens[b]
     o.causal = 1
     o.wl = -1
     o.wr = -1
     o.k_len = kend
-    for r in range(nr):
-        rr = r0 + r
-        h = hk * G + rr // Sq
-        qp = rr % Sq
-        for d in range(D):
-            Qs[r * D + d] = q[((b * sh.Hq + h) * Sq + qp) * D + d]
-    zero(Qs + nr * D, (nr4 - nr) * D)
-    zero(O, nr4 * D)
+    zero(Qs, nh * nr4 * D)
+    zero(O, nh * nr4 * D)
+    for hl in range(nh):
+        for r in range(nr):
+            rr = r0 + r
+            h = (hk0 + hl) * G + rr // Sq
+            qp = rr % Sq
+            for d in range(D):
+                Qs[(hl * nr4 + r) * D + d] = q[((b * sh.Hq + h) * Sq + qp) * D + d]
     for t in range(ceil_div(kend, BC)):
         j0 = t * BC
         nc = kend - j0
@@ -251,26 +287,31 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         for jj in range(nc):
             kj = j0 + jj
             blk = table[b * sh.max_blocks + kj // bs]
-            rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk) * D
+            rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
         if rnd_t is RoundNone:  # f32/f64: dot each gathered key row directly (no K^T packing)
             if real_t is float:
-                fc_rowdots_f32(Qs, nr4, D, rows, nc, S + j0, Skp)
+                fc_rowdots_heads_f32(Qs, nh, nr4, D, rows, nc, S + j0, Skp)
             else:
-                fc_rowdots_f64(Qs, nr4, D, rows, nc, S + j0, Skp)
+                fc_rowdots_heads_f64(Qs, nh, nr4, D, rows, nc, S + j0, Skp)
         else:
-            pack_kt(rows, nc, D, Kt)
-            qk_tile(tag, Qs, nr4, D, Kt, S + j0, Skp)
-    for r in range(nr):
-        rr = r0 + r
-        h = hk * G + rr // Sq
-        qp = rr % Sq
-        # query slot qp sits at absolute position saturating_sub(ctx, Sq) + qp
-        qp = (kend - Sq if kend > Sq else 0) + qp
-        transform_row(tag, S + r * Skp, kend, 0, qp, scale, cap, slopes[h] if slopes != NULL else 0,
-                      slopes != NULL, &o, 1, NULL)
-        softmax_row(tag, S + r * Skp, kend)
-    for r in range(nr, nr4):
-        zero(S + r * Skp, kend)
+            for hl in range(nh):
+                for jj in range(nc):
+                    hrows[jj] = rows[jj] + hl * D
+                pack_kt(hrows, nc, D, Kt)
+                qk_tile(tag, Qs + hl * nr4 * D, nr4, D, Kt, S + hl * nr4 * Skp + j0, Skp)
+    for hl in range(nh):
+        for r in range(nr4):
+            x = hl * nr4 + r
+            if r >= nr:
+                zero(S + x * Skp, kend)
+                continue
+            rr = r0 + r
+            h = (hk0 + hl) * G + rr // Sq
+            # query slot qp sits at absolute position saturating_sub(ctx, Sq) + qp
+            qp = (kend - Sq if kend > Sq else 0) + rr % Sq
+            transform_row(tag, S + x * Skp, kend, 0, qp, scale, cap, slopes[h] if slopes != NULL else 0,
+                          slopes != NULL, &o, 1, NULL)
+            softmax_row(tag, S + x * Skp, kend)
     for t in range(ceil_div(kend, BC)):
         j0 = t * BC
         nc = kend - j0
@@ -279,21 +320,31 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         for jj in range(nc):
             kj = j0 + jj
             blk = table[b * sh.max_blocks + kj // bs]
-            rows[jj] = vc + ((blk * bs + kj % bs) * sh.Hkv + hk) * D
-        pv_accum(tag, S + j0, Skp, nr4, nc, rows, D, O, D)
-    for r in range(nr):
-        rr = r0 + r
-        h = hk * G + rr // Sq
-        qp = rr % Sq
-        for d in range(D):
-            out[((b * sh.Hq + h) * Sq + qp) * D + d] = O[r * D + d]
+            rows[jj] = vc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
+        if rnd_t is RoundNone:
+            if real_t is float:
+                fc_pv_heads_f32(S + j0, Skp, nh, nr4, nc, rows, D, O, D)
+            else:
+                fc_pv_heads_f64(S + j0, Skp, nh, nr4, nc, rows, D, O, D)
+        else:
+            for hl in range(nh):
+                for jj in range(nc):
+                    hrows[jj] = rows[jj] + hl * D
+                pv_accum(tag, S + hl * nr4 * Skp + j0, Skp, nr4, nc, hrows, D, O + hl * nr4 * D, D)
+    for hl in range(nh):
+        for r in range(nr):
+            rr = r0 + r
+            h = (hk0 + hl) * G + rr // Sq
+            qp = rr % Sq
+            for d in range(D):
+                out[((b * sh.Hq + h) * Sq + qp) * D + d] = O[(hl * nr4 + r) * D + d]
 
 
 cdef void paged_forward_core(rnd_t tag, real_t* q, real_t* kc, real_t* vc, unsigned int* table,
                              unsigned int* ctx_lens, real_t* slopes, real_t* out, PagedShape* sh,
                              double scale, double cap, real_t* scratch, Py_ssize_t per_thread,
                              int nthreads) noexcept nogil:
-    cdef Py_ssize_t ntasks = sh.B * sh.Hkv * ceil_div((sh.Hq // sh.Hkv) * sh.Sq, BR_NAIVE)
+    cdef Py_ssize_t ntasks = paged_tasks(sh)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
         paged_task(tag, task, q, kc, vc, table, ctx_lens, slopes, out, sh, scale, cap,

@@ -39,6 +39,14 @@ cdef extern from "fc_simd.h" nogil:
                         float* S, Py_ssize_t lds)
     void fc_rowdots_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, double** krows, Py_ssize_t ncols,
                         double* S, Py_ssize_t lds)
+    void fc_rowdots_heads_f32(const float* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D, float** krows,
+                              Py_ssize_t ncols, float* S, Py_ssize_t lds)
+    void fc_rowdots_heads_f64(const double* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D, double** krows,
+                              Py_ssize_t ncols, double* S, Py_ssize_t lds)
+    void fc_pv_heads_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
+                         float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_heads_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
+                         double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
     void fc_qk_bf16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds)
     void fc_pv_bf16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
                     Py_ssize_t D, float* O, Py_ssize_t ldo)
