@@ -87,6 +87,29 @@ def test_fast_expf_accuracy_and_edges():
     assert np.isnan(edge[4]) and edge[5] == 1
 
 
+
+def test_flash_f32_softmax_exp_accuracy_edges_and_sum():
+    """flash f32's fused exp(scale * s - m) + sum (AVX-512 range reduction and vscalefps)."""
+    x = np.linspace(-103.0, 88.7, 2_000_003, dtype=np.float32)  # odd length: the masked tail
+    e = x.copy()
+    _kernels._core_exp_scaled_sum_f32(e, 1.0, 0.0)
+    exact = np.exp(x.astype(np.float64))
+    ulp = np.abs(e.astype(np.float64) - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert ulp.max() <= 2.0  # gradual underflow too: subnormal results are rounded, not flushed
+    s = np.array([-np.inf, -1000, 1000, np.inf, np.nan, 0, 3.0], np.float32)
+    scale, m = np.float32(0.5), np.float32(1.25)
+    got = s.copy()
+    _kernels._core_exp_scaled_sum_f32(got, scale, m)
+    assert got[0] == 0 and got[1] == 0 and got[2] == np.inf and got[3] == np.inf
+    assert np.isnan(got[4])
+    assert got[5] == np.float32(np.exp(-1.25)) and abs(got[6] / np.exp(0.5 * 3.0 - 1.25) - 1) < 2e-7
+    rng = np.random.default_rng(2)
+    row = rng.standard_normal(77).astype(np.float32)
+    got = row.copy()
+    total = _kernels._core_exp_scaled_sum_f32(got, np.float32(0.3), np.float32(0.1))
+    assert np.allclose(got, np.exp(0.3 * row.astype(np.float64) - 0.1), rtol=3e-7, atol=0)
+    assert np.isclose(total, np.exp(0.3 * row.astype(np.float64) - 0.1).sum(), rtol=1e-6)
+
 EMU_CASES = [
     ("plain", 1, 2, 1, 5, 19, 6, {}, False),
     ("causal-alibi", 1, 2, 2, 7, 7, 5, {"causal": True}, True),

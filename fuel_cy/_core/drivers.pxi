@@ -174,6 +174,13 @@ def _core_round_vec(float[::1] x, str which):
     return out
 
 
+def _core_exp_scaled_sum_f32(float[::1] s, float scale, float m):
+    """Testing hook: flash f32's in-place s = exp(scale * s - m) and its sum (fc_simd.h)."""
+    if s.shape[0] == 0:
+        return 0.0
+    return fc_exp_scaled_sum_f32(&s[0], s.shape[0], scale, m)
+
+
 def _core_exp_f64(double[::1] x):
     """Testing hook: the vectorizable exp used by the f64 kernels."""
     out = _np.empty(x.shape[0], dtype=_np.float64)

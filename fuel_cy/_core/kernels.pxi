@@ -103,7 +103,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 zero(srow, nc)
                 continue
             alpha = EXP(tag, R(tag, m[r] - mn))
-            if plain:
+            if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_simd.h)
+                li = fc_exp_scaled_sum_f32(srow, nc, scale if plain else 1, mn)
+            elif plain:
                 li = exp_scaled_sum(tag, srow, nc, scale, mn)
             else:
                 for jj in range(nc):
