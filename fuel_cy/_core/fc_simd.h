@@ -175,6 +175,82 @@ static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T
 FC_DEFINE_KERNELS(float, f32, 16)
 FC_DEFINE_KERNELS(double, f64, 8)
 
+/* C[i, c] += sum_k A[i * ai + k * ak] * B[k * ldb + c] for i < nrows4 (a multiple of 4), c < ncols,
+ * sequential over k.  With ai = 1 it reads A transposed in place: the backward's dV += P^T dO and
+ * dK += dS^T Q take P and dS as stored (query rows) instead of transposing them first (the
+ * transposes were a quarter of the backward task's time).  Same sums as fc_pv over a transposed
+ * copy, so the same bits. */
+#define FC_DEFINE_GEMM_ACC(T, SUF, W)                                                            \
+static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptrdiff_t nrows4,   \
+                                     ptrdiff_t K, const T* B, ptrdiff_t ldb, ptrdiff_t ncols,    \
+                                     T* C, ptrdiff_t ldc) {                                      \
+    ptrdiff_t c0 = 0;                                                                            \
+    for (; c0 + 2 * W <= ncols; c0 += 2 * W) {                                                   \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + 8 <= nrows4; i += 8) {                                                        \
+            fc_vec_##SUF a[8][2];                                                                \
+            for (int r = 0; r < 8; r++) {                                                        \
+                a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                 \
+                a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                             \
+            }                                                                                    \
+            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
+                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
+                fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                           \
+                const T* ak_ = A + k * ak + i * ai;                                              \
+                for (int r = 0; r < 8; r++) {                                                    \
+                    T x = ak_[r * ai];                                                           \
+                    a[r][0] += x * b0; a[r][1] += x * b1;                                        \
+                }                                                                                \
+            }                                                                                    \
+            for (int r = 0; r < 8; r++) {                                                        \
+                fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                 \
+                fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                             \
+            }                                                                                    \
+        }                                                                                        \
+        for (; i < nrows4; i += 4) {                                                             \
+            fc_vec_##SUF a[4][2];                                                                \
+            for (int r = 0; r < 4; r++) {                                                        \
+                a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                 \
+                a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                             \
+            }                                                                                    \
+            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
+                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
+                fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                           \
+                const T* ak_ = A + k * ak + i * ai;                                              \
+                for (int r = 0; r < 4; r++) {                                                    \
+                    T x = ak_[r * ai];                                                           \
+                    a[r][0] += x * b0; a[r][1] += x * b1;                                        \
+                }                                                                                \
+            }                                                                                    \
+            for (int r = 0; r < 4; r++) {                                                        \
+                fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                 \
+                fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                             \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    for (; c0 + W <= ncols; c0 += W) {                                                           \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            fc_vec_##SUF a[4];                                                                   \
+            for (int r = 0; r < 4; r++) a[r] = fc_load_##SUF(C + (i + r) * ldc + c0);            \
+            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
+                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
+                for (int r = 0; r < 4; r++) a[r] += A[k * ak + (i + r) * ai] * b0;               \
+            }                                                                                    \
+            for (int r = 0; r < 4; r++) fc_store_##SUF(C + (i + r) * ldc + c0, a[r]);            \
+        }                                                                                        \
+    }                                                                                            \
+    for (; c0 < ncols; c0++) {                                                                   \
+        for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
+            T a = C[i * ldc + c0];                                                               \
+            for (ptrdiff_t k = 0; k < K; k++) a += A[k * ak + i * ai] * B[k * ldb + c0];         \
+            C[i * ldc + c0] = a;                                                                 \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+FC_DEFINE_GEMM_ACC(float, f32, 16)
+FC_DEFINE_GEMM_ACC(double, f64, 8)
+
 /* Horizontal sums in a fixed pairwise order (halves added until one lane is left). */
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_shufflevector)

@@ -453,14 +453,26 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 for d in range(D):
                     dq[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = R(tag, scale * dQa[r * D + d])
             # dV += P^T dO and dK += dS^T Q (scaled once at the end), owned by this (b, kv head)
-            transpose_pad(S, Skp, nr4, n, n4, Pt)
-            transpose_pad(dP, Skp, nr4, n, n4, dSt)
-            for r in range(nr):
-                rows[r] = dOs + r * D
-            pv_accum(tag, Pt, nr4, n4, nr, rows, D, dVa + kofs * D, D)
-            for r in range(nr):
-                rows[r] = Qs + r * D
-            pv_accum(tag, dSt, nr4, n4, nr, rows, D, dKa + kofs * D, D)
+            if rnd_t is RoundNone:  # read P and dS transposed in place (fc_simd.h)
+                for r in range(nr):  # keys n..n4 are padding rows of dK/dV: give them zeros
+                    for j in range(n, n4):
+                        S[r * Skp + j] = 0
+                        dP[r * Skp + j] = 0
+                if real_t is float:
+                    fc_gemm_acc_f32(S, 1, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
+                    fc_gemm_acc_f32(dP, 1, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
+                else:
+                    fc_gemm_acc_f64(S, 1, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
+                    fc_gemm_acc_f64(dP, 1, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
+            else:
+                transpose_pad(S, Skp, nr4, n, n4, Pt)
+                transpose_pad(dP, Skp, nr4, n, n4, dSt)
+                for r in range(nr):
+                    rows[r] = dOs + r * D
+                pv_accum(tag, Pt, nr4, n4, nr, rows, D, dVa + kofs * D, D)
+                for r in range(nr):
+                    rows[r] = Qs + r * D
+                pv_accum(tag, dSt, nr4, n4, nr, rows, D, dKa + kofs * D, D)
     for j in range(Sk):
         for d in range(D):
             dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[j * D + d])

@@ -47,6 +47,10 @@ cdef extern from "fc_simd.h" nogil:
                          float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_heads_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                          double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
+    void fc_gemm_acc_f32(const float* A, Py_ssize_t ai, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
+                         const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc)
+    void fc_gemm_acc_f64(const double* A, Py_ssize_t ai, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
+                         const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
     void fc_qk_bf16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds)
     void fc_pv_bf16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
                     Py_ssize_t D, float* O, Py_ssize_t ldo)
