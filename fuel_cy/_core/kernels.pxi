@@ -10,7 +10,7 @@ cdef enum:
 cdef enum:
     BR_NAIVE = 16     # query rows per naive/paged task (score rows materialized together)
 cdef enum:
-    BR_BWD = 16       # query rows per backward step
+    BR_BWD = 64       # query rows per backward step
 
 cdef struct Shape:
     Py_ssize_t B, Hq, Hkv, Sq, Sk, D
