@@ -170,21 +170,21 @@ cdef inline void pack_kt(real_t** rows, Py_ssize_t n, Py_ssize_t D, real_t* out)
 
 
 cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, real_t* Kt,
-                         real_t* S, Py_ssize_t lds) noexcept nogil:
-    """S[i, j] = sum_d Q[i, d] * Kt[d, j] for BC columns; sequential over d per (i, j).
-    Q rows (stride D) must be padded to a multiple of NR rows."""
+                         real_t* S, Py_ssize_t lds, Py_ssize_t ncols) noexcept nogil:
+    """S[i, j] = sum_d Q[i, d] * Kt[d, j] for the column blocks covering j < ncols (<= BC);
+    sequential over d per (i, j).  Q rows (stride D) must be padded to a multiple of NR rows."""
     if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_simd.h)
         if real_t is float:
-            fc_qk_f32(Q, nrows4, D, Kt, S, lds)
+            fc_qk_f32(Q, nrows4, D, Kt, S, lds, ncols)
         else:
-            fc_qk_f64(Q, nrows4, D, Kt, S, lds)
+            fc_qk_f64(Q, nrows4, D, Kt, S, lds, ncols)
         return
     if real_t is float:  # the same rounded loops with the rounding vectorized in C
         if rnd_t is RoundBF16:
-            fc_qk_bf16(Q, nrows4, D, Kt, S, lds)
+            fc_qk_bf16(Q, nrows4, D, Kt, S, lds, ncols)
             return
         if rnd_t is RoundF16:
-            fc_qk_f16(Q, nrows4, D, Kt, S, lds)
+            fc_qk_f16(Q, nrows4, D, Kt, S, lds, ncols)
             return
     cdef real_t acc0[NL]
     cdef real_t acc1[NL]
@@ -194,7 +194,7 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
     cdef real_t* kv
     cdef Py_ssize_t i, j0, d, l
     for i in range(0, nrows4, 4):   # NR
-        for j0 in range(0, BC, 16):  # NL
+        for j0 in range(0, ncols, 16):  # NL
             for l in range(NL):
                 acc0[l] = 0
                 acc1[l] = 0

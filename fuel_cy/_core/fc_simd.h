@@ -27,8 +27,8 @@ static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, 64); }  
                                                                                                  \
 /* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0. */      \
 static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
-                               T* S, ptrdiff_t lds) {                                            \
-    for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 2 * W) {  /* the Kt slice [D][2W] stays in L1 */    \
+                               T* S, ptrdiff_t lds, ptrdiff_t ncols) {                           \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * W) {  /* the Kt slice [D][2W] stays in L1 */    \
         ptrdiff_t i = 0;                                                                         \
         for (; i + 8 <= nrows4; i += 8) {  /* 8 rows x 2W lanes: 16 accumulators per K load pair */ \
             const T* q[8];                                                                       \
@@ -544,8 +544,8 @@ static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
 
 #define FC_DEFINE_ROUNDED(SUF, RV2, RS)                                                           \
 static inline void fc_qk_##SUF(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,   \
-                               float* S, ptrdiff_t lds) {                                        \
-    for (ptrdiff_t j0 = 0; j0 < FC_BC; j0 += 32) {                                               \
+                               float* S, ptrdiff_t lds, ptrdiff_t ncols) {                       \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 32) {                                               \
         ptrdiff_t i = 0;                                                                         \
         for (; i + 8 <= nrows4; i += 8) FC_RQK_BLOCK(RV2, 8)                                      \
         for (; i < nrows4; i += 4) FC_RQK_BLOCK(RV2, 4)                                           \
@@ -596,11 +596,11 @@ static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, i
 /* bf16 entry points: the one-instruction rounding when the operands' exponents rule out f32
  * subnormals anywhere in the chain (the common case), the integer rounding otherwise. */
 static inline void fc_qk_bf16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
-                              float* S, ptrdiff_t lds) {
+                              float* S, ptrdiff_t lds, ptrdiff_t ncols) {
     if (FC_HAVE_BF16_CVT && fc_min_exp_field(Q, nrows4 * D) + fc_min_exp_field(Kt, D * FC_BC) >= 142u)
-        fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds);
+        fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
     else
-        fc_qk_bf16_exact(Q, nrows4, D, Kt, S, lds);
+        fc_qk_bf16_exact(Q, nrows4, D, Kt, S, lds, ncols);
 }
 static inline void fc_pv_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
                               float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {

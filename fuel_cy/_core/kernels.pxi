@@ -66,6 +66,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t slope = slopes[h] if slopes != NULL else 0
     cdef real_t mt, mn, alpha, li
     cdef bint plain
+    cdef Py_ssize_t nrow
     nr = Sq - i0
     if nr > BR_FLASH:
         nr = BR_FLASH
@@ -86,31 +87,42 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         cls = tile_class(i0, i0 + nr - 1, j0, j0 + nc - 1, o)
         if cls == 0:
             continue
-        qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC)
         # f32/f64 tiles with nothing but a positive scale take a fused path: the row max of the
         # raw dots gives the max of the scores (rounding is monotonic), then one pass computes
         # exp(scale * x - m), stores it and sums it.  Same math, two passes instead of four.
-        plain = rnd_t is RoundNone and cls == 2 and cap == 0 and slopes == NULL and scale > 0
+        # A causal diagonal tile is such a tile too: row r attends the prefix j < qpos + 1 of
+        # it, and no row attends past the last row's prefix, so neither dots nor weights are
+        # computed there (they would be masked to p = 0).
+        plain = (rnd_t is RoundNone and cap == 0 and slopes == NULL and scale > 0
+                 and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
+        if plain and cls == 1 and i0 + nr - j0 < nc:
+            nc = i0 + nr - j0
+        qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC, nc)
         for r in range(nr):
             srow = S + r * BC
+            nrow = nc
+            if plain and cls == 1:
+                nrow = i0 + r + 1 - j0
+                nrow = 0 if nrow < 0 else (nc if nrow > nc else nrow)
             if plain:
-                mt = R(tag, scale * row_max(srow, nc))
+                mt = R(tag, scale * row_max(srow, nrow)) if nrow > 0 else -INFINITY
             else:
                 transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
                 mt = row_max(srow, nc)
             mn = mt if (mt > m[r] or mt != mt) else m[r]
-            if mn == -INFINITY:
+            if mn == -INFINITY or nrow == 0:  # nothing attended yet, or nothing in this tile
                 zero(srow, nc)
                 continue
             alpha = EXP(tag, R(tag, m[r] - mn))
             if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_simd.h)
-                li = fc_exp_scaled_sum_f32(srow, nc, scale if plain else 1, mn)
+                li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
             elif plain:
-                li = exp_scaled_sum(tag, srow, nc, scale, mn)
+                li = exp_scaled_sum(tag, srow, nrow, scale, mn)
             else:
                 for jj in range(nc):
                     srow[jj] = EXP(tag, R(tag, srow[jj] - mn))
                 li = sum16(tag, srow, nc)
+            zero(srow + nrow, nc - nrow)
             l[r] = R(tag, R(tag, l[r] * alpha) + li)
             if alpha != 1:
                 orow = O + r * D
@@ -177,7 +189,7 @@ cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         kofs = t0 * BC
         n = (t1 * BC if t1 * BC < kend else kend) - kofs
         for t in range(t0, t1):
-            qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp)
+            qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp, BC)
         for r in range(nr):
             transform_row(tag, S + r * Skp, n, kofs, i0 + r, scale, cap, slope, slopes != NULL, o, masked, NULL)
             softmax_row(tag, S + r * Skp, n)
@@ -300,7 +312,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                 for jj in range(nc):
                     hrows[jj] = rows[jj] + hl * D
                 pack_kt(hrows, nc, D, Kt)
-                qk_tile(tag, Qs + hl * nr4 * D, nr4, D, Kt, S + hl * nr4 * Skp + j0, Skp)
+                qk_tile(tag, Qs + hl * nr4 * D, nr4, D, Kt, S + hl * nr4 * Skp + j0, Skp, nc)
     for hl in range(nh):
         for r in range(nr4):
             x = hl * nr4 + r
@@ -420,8 +432,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
             copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
             copy_rows_padded(dout + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, dOs)
             for t in range(t0, t1):
-                qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp)
-                qk_tile(tag, dOs, nr4, D, vth + t * D * BC, dP + (t - t0) * BC, Skp)
+                qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp, BC)
+                qk_tile(tag, dOs, nr4, D, vth + t * D * BC, dP + (t - t0) * BC, Skp, BC)
             for r in range(nr):
                 srow = S + r * Skp
                 dprow = dP + r * Skp

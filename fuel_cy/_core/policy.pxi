@@ -33,8 +33,10 @@ ctypedef fused rnd_t:
     RoundF16
 
 cdef extern from "fc_simd.h" nogil:
-    void fc_qk_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds)
-    void fc_qk_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S, Py_ssize_t lds)
+    void fc_qk_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
+                  Py_ssize_t ncols)
+    void fc_qk_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S, Py_ssize_t lds,
+                  Py_ssize_t ncols)
     void fc_rowdots_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, float** krows, Py_ssize_t ncols,
                         float* S, Py_ssize_t lds)
     void fc_rowdots_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, double** krows, Py_ssize_t ncols,
@@ -51,13 +53,15 @@ cdef extern from "fc_simd.h" nogil:
                          const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc)
     void fc_gemm_acc_f64(const double* A, Py_ssize_t ai, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
                          const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
-    void fc_qk_bf16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds)
+    void fc_qk_bf16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
+                   Py_ssize_t ncols)
     void fc_pv_bf16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
                     Py_ssize_t D, float* O, Py_ssize_t ldo)
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
     bint FC_HAVE_BF16_CVT
-    void fc_qk_f16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds)
+    void fc_qk_f16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
+                  Py_ssize_t ncols)
     void fc_pv_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
                    Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
