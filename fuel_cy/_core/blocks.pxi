@@ -162,6 +162,9 @@ cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept
 cdef inline void pack_kt(real_t** rows, Py_ssize_t n, Py_ssize_t D, real_t* out) noexcept nogil:
     """Pack n <= BC rows of length D as K^T [D][BC], zero-padding the missing columns."""
     cdef Py_ssize_t j, d
+    if real_t is float:  # 16 x 16 register transposes in C (fc_simd.h)
+        fc_pack_kt_f32(rows, n, D, out)
+        return
     for d in range(D):
         for j in range(n):
             out[d * BC + j] = rows[j][d]

@@ -342,6 +342,88 @@ static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads
 FC_DEFINE_HEADS(float, f32, 16)
 FC_DEFINE_HEADS(double, f64, 8)
 
+/* ---- Half-type storage <-> the float work arrays. ----------------------------------------------
+ * Widening is exact; narrowing is exact too because the core rounds every result to T (so a
+ * bf16 result's low 16 bits are zero and an f16 result is representable).  NumPy's own float16
+ * conversion is a scalar bit-twiddling loop: a third of an f16 paged decode's time. */
+static inline void fc_widen_half(const uint16_t* x, float* out, ptrdiff_t n, int is_f16) {
+    ptrdiff_t i = 0;
+#if defined(__AVX512F__)
+    if (is_f16) {
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(x + i))));
+    } else {
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_si512(out + i, _mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(x + i))), 16));
+    }
+#endif
+    for (; i < n; i++) out[i] = is_f16 ? fc_f16_bits_to_f32(x[i]) : fc_bf16_bits_to_f32(x[i]);
+}
+static inline void fc_narrow_half(const float* x, uint16_t* out, ptrdiff_t n, int is_f16) {
+    ptrdiff_t i = 0;
+#if defined(__AVX512F__)
+    if (is_f16) {
+        for (; i + 16 <= n; i += 16)
+            _mm256_storeu_si256((__m256i*)(out + i),
+                                _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+        for (; i + 16 <= n; i += 16)
+            _mm256_storeu_si256((__m256i*)(out + i),
+                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(x + i)), 16)));
+    }
+#endif
+    for (; i < n; i++) out[i] = is_f16 ? fc_f32_to_f16_bits(x[i]) : (uint16_t)(fc_f2u(x[i]) >> 16);
+}
+
+/* ---- K^T packing: out[d * FC_BC + j] = rows[j][d] for j < n, zero for n <= j < FC_BC. ----------
+ * Done in 16 x 16 blocks transposed in registers (unpack, shuffle, two 128-bit lane shuffles:
+ * 64 shuffles per 256 floats); the element-by-element loop read 16 cache lines per 16 stores
+ * and was 70% of the half-type paged decode.  Edges are copied one by one. */
+#if defined(__AVX512F__)
+static inline void fc_transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {  /* u[4g + c]: rows 4g..4g+3, column c of each 128-bit lane */
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 a0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), a1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        __m512 b0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), b1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
+        r[c + 4] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+        r[c + 12] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
+    }
+}
+#endif
+static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, float* out) {
+    ptrdiff_t j0 = 0;
+#if defined(__AVX512F__)
+    for (; j0 + 16 <= n; j0 += 16) {
+        ptrdiff_t d0 = 0;
+        for (; d0 + 16 <= D; d0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(rows[j0 + i] + d0);
+            fc_transpose16(r);
+            for (int k = 0; k < 16; k++) _mm512_storeu_ps(out + (d0 + k) * FC_BC + j0, r[k]);
+        }
+        for (; d0 < D; d0++)
+            for (int i = 0; i < 16; i++) out[d0 * FC_BC + j0 + i] = rows[j0 + i][d0];
+    }
+#endif
+    for (ptrdiff_t d = 0; d < D; d++) {
+        for (ptrdiff_t j = j0; j < n; j++) out[d * FC_BC + j] = rows[j][d];
+        for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
+    }
+}
+
 /* ---- f32 flash softmax: exp(scale * s - m) over a tile row and its sum. ------------------------
  * The element-wise part of flash is ~30% of its time at D = 64.  This exp uses AVX-512's own
  * range-reduction and scaling instructions (vrndscaleps, vscalefps: 2^n with overflow to inf and

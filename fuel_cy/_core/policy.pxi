@@ -57,6 +57,9 @@ cdef extern from "fc_simd.h" nogil:
                    Py_ssize_t ncols)
     void fc_pv_bf16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
                     Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)
+    void fc_narrow_half(const float* x, unsigned short* out, Py_ssize_t n, int is_f16)
+    void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
     bint FC_HAVE_BF16_CVT
