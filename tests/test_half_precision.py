@@ -66,6 +66,23 @@ def test_bf16_instruction_rounding_differs_only_on_f32_subnormals(which):
     assert not np.array_equal(_bits(ours)[sub], _bits(theirs)[sub])
 
 
+@pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
+def test_half_inputs_widen_and_outputs_narrow_exactly(code, dtype):
+    """Every half bit pattern (NaNs aside) widens to the float32 that ml_dtypes/NumPy give, and
+    narrows back to itself; non-contiguous inputs are read in logical order."""
+    halves = np.arange(2**16, dtype=np.uint16).view(dtype)
+    wide = _kernels._work(halves, np.float32, code)
+    with np.errstate(invalid="ignore"):
+        expected = halves.astype(np.float32)
+    ok = ~np.isnan(expected)
+    assert np.array_equal(wide.view(np.uint32)[ok], expected.view(np.uint32)[ok])
+    assert np.isnan(wide[~ok]).all()
+    back = _kernels._from_work(wide[ok], code)
+    assert back.dtype == dtype and np.array_equal(back.view(np.uint16), halves.view(np.uint16)[ok])
+    strided = halves[ok][::-3][:1001].reshape(7, 11, 13)[:, ::2, 1:]
+    assert np.array_equal(_kernels._work(strided, np.float32, code), strided.astype(np.float32).reshape(-1))
+
+
 @pytest.mark.parametrize("code", ["BF16", "F16"])
 def test_core_rounding_keeps_nan(code):
     x = np.array([np.nan, -np.nan, np.inf, -np.inf], np.float32)

@@ -13,6 +13,35 @@ cdef inline object _work_dtype(real_t* dummy):
         return _np.float64
 
 
+def _work(object x, object npwork, str code):
+    """The core's flat work array for a float input: bf16/f16 widened to float32 in C (exact),
+    other dtypes through _validation.work."""
+    if x is None or code not in ("BF16", "F16"):
+        return _v.work(x, npwork)
+    cdef unsigned short[::1] bits = _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
+    out = _np.empty(bits.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef int is_f16 = code == "F16"
+    if bits.shape[0]:
+        with nogil:
+            fc_widen_half(&bits[0], &o[0], bits.shape[0], is_f16)
+    return out
+
+
+def _from_work(object arr, str code):
+    """Back to T (exact: the core rounded every result to T)."""
+    if code not in ("BF16", "F16"):
+        return _v.from_work(arr, code)
+    cdef float[::1] a = arr.reshape(-1)
+    res = _np.empty(arr.shape, dtype=_v.NUMPY_DTYPES[code])
+    cdef unsigned short[::1] r = res.reshape(-1).view(_np.uint16)
+    cdef int is_f16 = code == "F16"
+    if a.shape[0]:
+        with nogil:
+            fc_narrow_half(&a[0], &r[0], a.shape[0], is_f16)
+    return res
+
+
 cdef AttnOpts _opts(dict params, Py_ssize_t Sk):
     cdef AttnOpts o
     o.scale = params["softmax_scale"]
