@@ -303,9 +303,12 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         for j in range(n):
             s[j] = 0
         return
-    for j in range(n):
-        s[j] = EXP(tag, R(tag, s[j] - m))
-    total = sum16(tag, s, n)
+    if rnd_t is RoundNone and real_t is float:  # the same order, AVX-512 exp (fc_simd.h)
+        total = fc_exp_shift_sum16_f32(s, n, m)
+    else:
+        for j in range(n):
+            s[j] = EXP(tag, R(tag, s[j] - m))
+        total = sum16(tag, s, n)
     for j in range(n):
         s[j] = R(tag, s[j] / total)
 

@@ -469,8 +469,41 @@ static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, fl
     memcpy(&l, &lanes, 64);
     return fc_hsum_f32(l);
 }
+/* s[j] = exp(s[j] - m) and their sum in the documented order of sum16 (lane j % 16 partials,
+ * then the 16 lanes added in lane order): the softmax of naive, paged and the backward. */
+static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 lanes = _mm512_setzero_ps();
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = fc_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+        _mm512_storeu_ps(s + j, e);
+        lanes = _mm512_add_ps(lanes, e);
+    }
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+        __m512 e = fc_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        lanes = _mm512_mask_add_ps(lanes, k, lanes, e);
+    }
+    float l[16];
+    _mm512_storeu_ps(l, lanes);
+    float total = l[0];
+    for (int i = 1; i < 16; i++) total += l[i];
+    return total;
+}
 #else
 #define FC_HAVE_EXP16 0
+static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
+    float l[16] = {0};
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int i = 0; i < 16; i++) { s[j + i] = fc_expf(s[j + i] - m); l[i] += s[j + i]; }
+    for (int i = 0; j + i < n; i++) { s[j + i] = fc_expf(s[j + i] - m); l[i] += s[j + i]; }
+    float total = l[0];
+    for (int i = 1; i < 16; i++) total += l[i];
+    return total;
+}
 static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
     fc_vec_f32 l = {0};
     ptrdiff_t j = 0;

@@ -60,6 +60,7 @@ cdef extern from "fc_simd.h" nogil:
     void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)
     void fc_narrow_half(const float* x, unsigned short* out, Py_ssize_t n, int is_f16)
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)
+    float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
     bint FC_HAVE_BF16_CVT
