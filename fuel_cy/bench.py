@@ -100,8 +100,6 @@ QUICK_GRID = [(512, 64, False), (512, 64, True), (1024, 128, False)]
 
 
 def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    import ml_dtypes
-
     import fuel_cy
 
     torch = _torch()
@@ -139,11 +137,7 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
             t_ours, t_peer = interleaved([ours64, lambda: torch.nn.functional.scaled_dot_product_attention(*t64, is_causal=causal)], reps=3)
             rows.append(_row("attention_flash", "F64", shape, t_ours * 1e3, flops, "torch SDPA f64", t_peer * 1e3))
         if s == (1024 if quick else 2048) and not causal:
-            for name, dt in (("BF16", ml_dtypes.bfloat16), ("F16", np.float16)):
-                progress(f"forward {name} {shape}")
-                qh, kh, vh = (x.astype(dt) for x in (q, k, v))
-                t_half, t_f32 = interleaved([lambda: fuel_cy.attention_flash(qh, kh, vh), ours], reps=3)
-                rows.append(_row("attention_flash", name, shape, t_half * 1e3, flops, "fuel_cy flash f32", t_f32 * 1e3))
+            rows += _half_rows("attention_flash", shape, flops, progress, [q, k, v], fuel_cy.attention_flash)
     rows += _backward_rows(torch, rng, quick, progress)
     paged_rows, copy_rate = _paged_rows(torch, rng, quick, progress)
     rows += paged_rows
@@ -184,6 +178,22 @@ def _backward_rows(torch, rng, quick, progress):
 
         t_ours, t_peer = interleaved([ours, peer], reps=3)
         rows.append(_row("attention_flash_backward", "F32", shape, t_ours * 1e3, flops, "torch SDPA autograd bwd", t_peer * 1e3))
+    rows += _half_rows("attention_flash_backward", "B=1 Hq=8 Hkv=8 S=512 D=64", 10 * 8 * 512 * 512 * 64, progress,
+                       [rng.standard_normal((1, 8, 512, 64), dtype=np.float32) for _ in range(4)],
+                       lambda q, k, v, do: fuel_cy.attention_flash_backward(q, k, v, do))
+    return rows
+
+
+def _half_rows(kernel, shape, flops, progress, arrays, call) -> list[dict[str, Any]]:
+    """bf16 and f16 ("math in T") against our own f32 on the same kernel and shape."""
+    import ml_dtypes
+
+    rows = []
+    for name, dt in (("BF16", ml_dtypes.bfloat16), ("F16", np.float16)):
+        progress(f"{kernel} {name} {shape}")
+        half = [x.astype(dt) if x.dtype == np.float32 else x for x in arrays]
+        t_half, t_f32 = interleaved([lambda: call(*half), lambda: call(*arrays)], reps=3)
+        rows.append(_row(kernel, name, shape, t_half * 1e3, flops, f"fuel_cy {kernel} f32", t_f32 * 1e3))
     return rows
 
 
@@ -226,6 +236,9 @@ def _paged_rows(torch, rng, quick, progress):
             (t_ours,) = interleaved([ours])
             rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops,
                              kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+        if ctx == 1024:
+            rows += _half_rows("attention_paged_naive", shape, flops, progress, [q, kc, vc, table, lens],
+                               fuel_cy.attention_paged_naive)
     return rows, copy_rate
 
 
@@ -296,6 +309,7 @@ def flash_32k_rss() -> dict[str, float]:
 
 def print_table(result: dict[str, Any]) -> None:
     from .cli import _format_table
+    from .targets import targets
 
     rows = [["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"]]
     for r in result["rows"]:
@@ -314,6 +328,9 @@ def print_table(result: dict[str, Any]) -> None:
         x = result["flash_32k_rss"]
         print(f"attention_flash S=32768 D=64 causal: peak RSS {x['rss_peak_mb']:.0f} MB; {x['extra_mb']:.0f} MB beyond "
               f"the {x['inputs_plus_output_mb']:.0f} MB of inputs + output (budget 64 MB)")
+    print()
+    print(_format_table([["target", "measured", "met"]] + [
+        [t["target"], t["measured"], {True: "yes", False: "NO", None: "—"}[t["met"]]] for t in targets(result)]))
 
 
 def plot(result: dict[str, Any], path: str) -> None:

@@ -171,3 +171,27 @@ def test_calibrate_fits_and_cost_predicts_time(tmp_path):
     assert cost["predicted_ns"] is not None and cost["predicted_ns"] > 0
     assert json.loads(cli("cost", "attention_flash", "--shape", "q=1,4,512,64", "--shape", "k=1,2,512,64",
                           "--shape", "v=1,2,512,64", "--json", env={"FUEL_CY_CALIBRATION": str(tmp_path / "none.json")}).stdout)["predicted_ns"] is None
+
+
+def test_bench_targets_are_judged_from_the_results():
+    """`fuel-cy bench` and the Performance page judge issue #5's targets from a result file."""
+    from fuel_cy.targets import targets
+
+    def row(kernel, dtype, shape, ratio, peer="torch SDPA", **extra):
+        return {"kernel": kernel, "dtype": dtype, "shape": shape, "ratio": ratio, "peer": peer, **extra}
+
+    result = {"rows": [
+        row("attention_flash", "F32", "B=1 H=8 S=4096 D=128", 1.05, pct_gemm=91.0),
+        row("attention_flash", "F32", "B=1 H=8 S=4096 D=128 causal", 1.2, pct_gemm=90.0),
+        row("attention_flash", "F32", "B=1 H=8 S=512 D=64", 6.0, peer="NumPy materialized"),
+        row("attention_flash", "BF16", "B=1 H=8 S=2048 D=64", 0.3, peer="fuel_cy attention_flash f32"),
+        row("attention_paged_naive", "F32", "decode", 2.5, peer="torch SDPA (contiguous K/V)", pct_copy=59.0),
+    ], "flash_32k_rss": {"extra_mb": 33.0}}
+    judged = {t["target"]: t for t in targets(result)}
+    assert judged["flash f32 >= 1.0x torch SDPA, every grid point"]["met"] is True  # NumPy row not counted
+    assert judged["flash f32 >= 1.3x torch SDPA, causal points"]["met"] is False
+    assert judged["flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128"]["measured"] == "91%"
+    assert judged["bf16 within 4x of f32 (ratio >= 0.25)"]["met"] is True
+    assert judged["f16 within 4x of f32 (ratio >= 0.25)"]["met"] is None
+    assert judged["paged decode K+V read >= 60% of the copy rate"]["met"] is False
+    assert judged["flash S=32768 D=64 peak RSS <= inputs + output + 64 MB"]["measured"] == "+33 MB"

@@ -44,6 +44,16 @@ def performance_page(root: Path) -> str:
                      f"**{data.get('copy_gbps', 0):.1f} GB/s** (read + write).\n")
     if (root / RESULTS / "bench.png").exists():
         lines += ["![speed ratios of fuel_cy against its peers](bench.png)", ""]
+    from ..targets import targets
+
+    lines += ["## Targets", "", "Issue #5's targets against this run; what limits the ones not met follows the table.", "",
+              _table(["target", "measured", "met"],
+                     [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]]
+                      for t in targets(data)]), ""]
+    notes = root / "benchmarks" / "notes.md"  # hand-written: the profiles behind the gaps
+    if notes.exists():
+        lines += [notes.read_text().strip(), ""]
+    lines += ["## All measurements", ""]
     extras = [r for r in data["rows"] if r.get("pct_copy") is not None]
     for r in extras:
         lines.append(f"- paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s, {r['pct_copy']:.0f}% of the copy rate")

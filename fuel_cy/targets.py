@@ -1,0 +1,49 @@
+"""The performance targets (issue #5) evaluated on a `fuel-cy bench` result: what was measured
+against each goal and whether it is met.  Pure data in, data out; printed by `fuel-cy bench` and
+rendered on the site's Performance page."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue #5's targets, each with what this run measured and whether it is met (None: not
+    measured in this run, e.g. without torch or in --quick)."""
+    rows = result["rows"]
+
+    def ratios(pred: Callable[[dict[str, Any]], bool]) -> list[float]:
+        return [r["ratio"] for r in rows if r.get("ratio") is not None and pred(r)]
+
+    def check(name: str, values: list[float], goal: float, fmt: str = "{:.2f}x") -> dict[str, Any]:
+        if not values:
+            return {"target": name, "measured": "not measured", "met": None}
+        lo, hi = min(values), max(values)
+        shown = fmt.format(lo) if lo == hi else f"{fmt.format(lo)} - {fmt.format(hi)}"
+        return {"target": name, "measured": shown, "met": lo >= goal}
+
+    def flash(r: dict[str, Any]) -> bool:
+        return r["kernel"] == "attention_flash" and r["dtype"] == "F32" and r["peer"] == "torch SDPA"
+
+    big = [r["pct_gemm"] for r in rows if flash(r) and r["shape"] == "B=1 H=8 S=4096 D=128"]
+    threads = [r for r in rows if r["peer"] == "fuel_cy 1 thread"]
+    out = [
+        check("flash f32 >= 1.0x torch SDPA, every grid point", ratios(flash), 1.0),
+        check("flash f32 >= 1.3x torch SDPA, causal points", ratios(lambda r: flash(r) and "causal" in r["shape"]), 1.3),
+        check("flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128", big, 85.0, "{:.0f}%"),
+        check("flash f64 >= 1.0x torch SDPA f64", ratios(lambda r: r["kernel"] == "attention_flash" and r["dtype"] == "F64"), 1.0),
+        check("backward f32 >= 1.0x torch autograd backward (GQA included)",
+              ratios(lambda r: r["kernel"] == "attention_flash_backward" and r["dtype"] == "F32"), 1.0),
+        check("paged decode >= 2x torch SDPA on contiguous K/V", ratios(lambda r: r["peer"] == "torch SDPA (contiguous K/V)"), 2.0),
+        check("paged decode >= 15x torch gather + SDPA", ratios(lambda r: r["peer"] == "torch gather + SDPA"), 15.0),
+        check("paged decode K+V read >= 60% of the copy rate",
+              [r["pct_copy"] for r in rows if r.get("pct_copy") is not None], 60.0, "{:.0f}%"),
+        check("naive f32 within 2x of flash (ratio >= 0.5)", ratios(lambda r: r["kernel"] == "attention_naive"), 0.5),
+        check("bf16 within 4x of f32 (ratio >= 0.25)", ratios(lambda r: r["dtype"] == "BF16"), 0.25),
+        check("f16 within 4x of f32 (ratio >= 0.25)", ratios(lambda r: r["dtype"] == "F16"), 0.25),
+        check("1 -> all threads >= 1.8x at S=4096", [r["ratio"] for r in threads if "S=4096" in r["shape"]], 1.8),
+    ]
+    rss = result.get("flash_32k_rss")
+    out.append({"target": "flash S=32768 D=64 peak RSS <= inputs + output + 64 MB",
+                "measured": f"+{rss['extra_mb']:.0f} MB" if rss else "not measured",
+                "met": (rss["extra_mb"] <= 64) if rss else None})
+    return out
