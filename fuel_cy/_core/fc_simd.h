@@ -251,6 +251,46 @@ static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptr
 FC_DEFINE_GEMM_ACC(float, f32, 16)
 FC_DEFINE_GEMM_ACC(double, f64, 8)
 
+/* The same C += A^T B for A read transposed (ai = 1) with K <= 64: each block of 8 output rows
+ * first copies its A^T block ([K][8], 2 KB) so that every column pass reads it from L1; read in
+ * place, the K rows of A are a power-of-two stride apart and all land in one L1 set.  Same sums
+ * in the same order as fc_gemm_acc. */
+#define FC_DEFINE_GEMM_TN(T, SUF, W)                                                             \
+static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, ptrdiff_t K,     \
+                                    const T* B, ptrdiff_t ldb, ptrdiff_t ncols, T* C, ptrdiff_t ldc) { \
+    if (K > 64 || ncols % (2 * W) != 0) {                                                        \
+        fc_gemm_acc_##SUF(A, 1, ak, nrows4, K, B, ldb, ncols, C, ldc);                           \
+        return;                                                                                  \
+    }                                                                                            \
+    T blk[64 * 8];                                                                               \
+    ptrdiff_t i = 0;                                                                             \
+    for (; i + 8 <= nrows4; i += 8) {                                                            \
+        for (ptrdiff_t k = 0; k < K; k++) memcpy(blk + k * 8, A + k * ak + i, 8 * sizeof(T));    \
+        for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W) {                                        \
+            fc_vec_##SUF a[8][2];                                                                \
+            for (int r = 0; r < 8; r++) {                                                        \
+                a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                 \
+                a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                             \
+            }                                                                                    \
+            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
+                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
+                fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                           \
+                const T* x = blk + k * 8;                                                        \
+                for (int r = 0; r < 8; r++) { a[r][0] += x[r] * b0; a[r][1] += x[r] * b1; }      \
+            }                                                                                    \
+            for (int r = 0; r < 8; r++) {                                                        \
+                fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                 \
+                fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                             \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    if (i < nrows4)                                                                              \
+        fc_gemm_acc_##SUF(A + i, 1, ak, nrows4 - i, K, B, ldb, ncols, C + i * ldc, ldc);         \
+}
+
+FC_DEFINE_GEMM_TN(float, f32, 16)
+FC_DEFINE_GEMM_TN(double, f64, 8)
+
 /* Horizontal sums in a fixed pairwise order (halves added until one lane is left). */
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_shufflevector)

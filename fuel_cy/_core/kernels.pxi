@@ -471,11 +471,11 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                         S[r * Skp + j] = 0
                         dP[r * Skp + j] = 0
                 if real_t is float:
-                    fc_gemm_acc_f32(S, 1, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
-                    fc_gemm_acc_f32(dP, 1, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
+                    fc_gemm_tn_f32(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
+                    fc_gemm_tn_f32(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
                 else:
-                    fc_gemm_acc_f64(S, 1, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
-                    fc_gemm_acc_f64(dP, 1, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
+                    fc_gemm_tn_f64(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
+                    fc_gemm_tn_f64(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
             else:
                 transpose_pad(S, Skp, nr4, n, n4, Pt)
                 transpose_pad(dP, Skp, nr4, n, n4, dSt)

@@ -53,6 +53,10 @@ cdef extern from "fc_simd.h" nogil:
                          const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc)
     void fc_gemm_acc_f64(const double* A, Py_ssize_t ai, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
                          const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
+    void fc_gemm_tn_f32(const float* A, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
+                        const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc)
+    void fc_gemm_tn_f64(const double* A, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
+                        const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
     void fc_qk_bf16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
                    Py_ssize_t ncols)
     void fc_pv_bf16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
