@@ -112,3 +112,24 @@ def test_chunked_packing_gives_the_same_bits(dtype, monkeypatch):
     monkeypatch.setattr(_kernels, "PACKED_BUDGET_BYTES", 1)
     for name, args, params in calls:
         assert _bits(getattr(fuel_cy, name)(*args, **params)) == whole[name], name
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
+    """Paged tasks serve several kv heads at once, as many as keeps every thread busy: at B=4,
+    Hkv=8 one thread takes all 8 heads per task and two threads take 4, yet the bits agree."""
+    rng = np.random.default_rng(8)
+    b, hq, hkv, sq, d, bs, nblocks = 4, 32, 8, 2, 64, 16, 40
+    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
+    kc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    vc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    table = rng.permutation(nblocks)[: b * 10].reshape(b, 10).astype(np.uint32)
+    lens = np.array([160, 1, 77, 130], np.uint32)
+    outs = []
+    try:
+        for threads in (1, 2):
+            fuel_cy.set_num_threads(threads)
+            outs.append(fuel_cy.attention_paged_naive(q, kc, vc, table, lens).view(np.uint8).tobytes())
+    finally:
+        fuel_cy.set_num_threads(0)
+    assert outs[0] == outs[1]
