@@ -203,3 +203,35 @@ def test_fast_exp_f64_accuracy_and_edges():
     edge = _kernels._core_exp_f64(np.array([-np.inf, -1e4, 1e4, np.inf, np.nan, 0.0]))
     assert edge[0] == 0 and edge[1] == 0 and edge[2] == np.inf and edge[3] == np.inf
     assert np.isnan(edge[4]) and edge[5] == 1
+
+
+@pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
+def test_paged_half_widens_only_the_live_blocks(code, dtype):
+    """A half-type cache is widened to float32 for the core, but only the blocks the table
+    references for the live contexts: a large pool costs nothing beyond them, and blocks the
+    kernel never reads (here NaN-filled) cannot matter."""
+    import tracemalloc
+
+    rng = np.random.default_rng(9)
+    b, hq, hkv, sq, d, bs, nblocks = 2, 4, 2, 1, 32, 16, 4096  # an 8 MB pool of 2-byte values
+    kc = np.full((nblocks, bs, hkv, d), np.nan, dtype=dtype)
+    vc = np.full((nblocks, bs, hkv, d), np.nan, dtype=dtype)
+    table = rng.permutation(nblocks)[: b * 6].reshape(b, 6).astype(np.uint32)
+    lens = np.array([70, 33], np.uint32)
+    live = [table[i, : -(-int(n) // bs)] for i, n in enumerate(lens)]
+    for ids in live:
+        kc[ids] = rng.standard_normal((len(ids), bs, hkv, d)).astype(dtype)
+        vc[ids] = rng.standard_normal((len(ids), bs, hkv, d)).astype(dtype)
+    table[1, 3:] = 0xFFFFFFFF  # slots past a context are never looked at
+    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
+    tracemalloc.start()
+    try:
+        out = fuel_cy.attention_paged_naive(q, kc, vc, table, lens)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024, peak  # widening the whole pool would take 16 MB
+    assert np.isfinite(out.astype(np.float32)).all()
+    emu = emulation.paged(code, q, kc, vc, np.where(table == 0xFFFFFFFF, 0, table).astype(np.uint32), lens, None,
+                          float(np.float32(1 / np.sqrt(d))))
+    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))

@@ -22,4 +22,10 @@ POLICIES: Mapping[str, tuple[str, str, str]] = {
 }
 INT_WORK = {"U32": ("unsigned int", "uint32")}
 
+# kernel -> hand-written step (drivers.pxi) applied to a half-type call's inputs before they are
+# widened to float32 work arrays; it takes (inputs..., params) and returns the inputs to use.
+HALF_PREPARE: Mapping[str, str] = {
+    "attention_paged_naive": "_paged_live_blocks",  # widen the referenced blocks, not the pool
+}
+
 CORE_SOURCES = ("fc_math.h", "fc_simd.h", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")

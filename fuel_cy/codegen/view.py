@@ -10,7 +10,7 @@ from typing import Any, Optional
 from ..contract import expr
 from ..contract.checks import cost_symbols
 from ..contract.model import ContractDoc, FusedOpInfo, InputSpec, Kernel
-from .cores import DRIVER_DIMS, INT_WORK, POLICIES
+from .cores import DRIVER_DIMS, HALF_PREPARE, INT_WORK, POLICIES
 
 # Layout checks run most specific first so the error names the clause that really failed.
 LAYOUT_ORDER = ("broadcast_stride0", "reverse_strides", "start_offset", "strided", "contiguous")
@@ -195,6 +195,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         "dtypes": [{"code": d, "tag": POLICIES[d][0], "ctype": POLICIES[d][1], "npwork": POLICIES[d][2]}
                    for d in kernel.float_dtypes if d in POLICIES],
         "driver": has_driver,
+        "half_prepare": HALF_PREPARE.get(kernel.name) if has_driver else None,
         "driver_dims": [dim_source[s] for s in DRIVER_DIMS.get(kernel.name, ()) if s in dim_source] if has_driver else [],
         "symbol_sources": symbol_sources,
         "cost": {
