@@ -138,3 +138,30 @@ def test_backward_half_within_bound(code, dtype):
     for got, want in zip(grads, exp):
         assert got.dtype == np.dtype(dtype)
         assert relative_error(got, want) <= bound(code, q.shape[-1], k.shape[2], backward=True)
+
+
+def test_paged_random_layouts_match_reference_and_thread_counts():
+    """Random decode/prefill shapes, block sizes, ragged contexts and pools larger than what is
+    live (half-type pools are then gathered before widening): every result is within the
+    dtype's bound of the float64 reference and bit-identical on 1 and 2 threads, whichever
+    way the kv heads were grouped into tasks."""
+    rng = np.random.default_rng(17)
+    for trial in range(24):
+        dtype = [np.float32, np.float64, ml_dtypes.bfloat16, np.float16][trial % 4]
+        code = {np.float32: "F32", np.float64: "F64", ml_dtypes.bfloat16: "BF16", np.float16: "F16"}[dtype]
+        hkv = int(rng.choice([1, 2, 3, 8]))
+        hq = hkv * int(rng.choice([1, 2, 4]))
+        b, sq, d, bs, maxb = int(rng.integers(1, 5)), int(rng.choice([1, 1, 2, 5])), int(rng.choice([8, 32, 40, 64])), \
+            int(rng.choice([1, 4, 16])), int(rng.integers(1, 9))
+        lens = rng.integers(0, maxb * bs + 1, size=b)
+        q, kc, vc, table, lens = _paged_case(rng, b, hq, hkv, sq, d, bs, maxb, lens, dtype, spare=int(rng.integers(0, 3 * b * maxb)))
+        outs = []
+        try:
+            for threads in (1, 2):
+                fuel_cy.set_num_threads(threads)
+                outs.append(fuel_cy.attention_paged_naive(q, kc, vc, table, lens))
+        finally:
+            fuel_cy.set_num_threads(0)
+        assert outs[0].view(np.uint8).tobytes() == outs[1].view(np.uint8).tobytes(), trial
+        expected = ref.paged(q, kc, vc, table, lens)
+        assert relative_error(outs[0], expected) <= bound(code, d, maxb * bs), (trial, code)
