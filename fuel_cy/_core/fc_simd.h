@@ -180,6 +180,27 @@ FC_DEFINE_KERNELS(double, f64, 8)
  * dK += dS^T Q take P and dS as stored (query rows) instead of transposing them first (the
  * transposes were a quarter of the backward task's time).  Same sums as fc_pv over a transposed
  * copy, so the same bits. */
+/* One register block of C += A^T B: NRB output rows x 2W columns at (i, c0), accumulating over k
+ * in order; XROW(k) points at the NRB values of A for step k, XS apart. */
+#define FC_ACC_BLOCK(T, SUF, W, NRB, XROW, XS)                                                   \
+    {                                                                                            \
+        fc_vec_##SUF a[NRB][2];                                                                  \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                     \
+            a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                                 \
+        }                                                                                        \
+        for (ptrdiff_t k = 0; k < K; k++) {                                                      \
+            fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                                   \
+            fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                               \
+            const T* x = XROW;                                                                   \
+            for (int r = 0; r < NRB; r++) { a[r][0] += x[r * XS] * b0; a[r][1] += x[r * XS] * b1; } \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                     \
+            fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                                 \
+        }                                                                                        \
+    }
+
 #define FC_DEFINE_GEMM_ACC(T, SUF, W)                                                            \
 static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptrdiff_t nrows4,   \
                                      ptrdiff_t K, const T* B, ptrdiff_t ldb, ptrdiff_t ncols,    \
@@ -187,46 +208,8 @@ static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptr
     ptrdiff_t c0 = 0;                                                                            \
     for (; c0 + 2 * W <= ncols; c0 += 2 * W) {                                                   \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + 8 <= nrows4; i += 8) {                                                        \
-            fc_vec_##SUF a[8][2];                                                                \
-            for (int r = 0; r < 8; r++) {                                                        \
-                a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                 \
-                a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                             \
-            }                                                                                    \
-            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
-                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
-                fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                           \
-                const T* ak_ = A + k * ak + i * ai;                                              \
-                for (int r = 0; r < 8; r++) {                                                    \
-                    T x = ak_[r * ai];                                                           \
-                    a[r][0] += x * b0; a[r][1] += x * b1;                                        \
-                }                                                                                \
-            }                                                                                    \
-            for (int r = 0; r < 8; r++) {                                                        \
-                fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                 \
-                fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                             \
-            }                                                                                    \
-        }                                                                                        \
-        for (; i < nrows4; i += 4) {                                                             \
-            fc_vec_##SUF a[4][2];                                                                \
-            for (int r = 0; r < 4; r++) {                                                        \
-                a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                 \
-                a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                             \
-            }                                                                                    \
-            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
-                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
-                fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                           \
-                const T* ak_ = A + k * ak + i * ai;                                              \
-                for (int r = 0; r < 4; r++) {                                                    \
-                    T x = ak_[r * ai];                                                           \
-                    a[r][0] += x * b0; a[r][1] += x * b1;                                        \
-                }                                                                                \
-            }                                                                                    \
-            for (int r = 0; r < 4; r++) {                                                        \
-                fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                 \
-                fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                             \
-            }                                                                                    \
-        }                                                                                        \
+        for (; i + 8 <= nrows4; i += 8) FC_ACC_BLOCK(T, SUF, W, 8, A + k * ak + i * ai, ai)      \
+        for (; i < nrows4; i += 4) FC_ACC_BLOCK(T, SUF, W, 4, A + k * ak + i * ai, ai)           \
     }                                                                                            \
     for (; c0 + W <= ncols; c0 += W) {                                                           \
         for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
@@ -266,23 +249,7 @@ static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, 
     ptrdiff_t i = 0;                                                                             \
     for (; i + 8 <= nrows4; i += 8) {                                                            \
         for (ptrdiff_t k = 0; k < K; k++) memcpy(blk + k * 8, A + k * ak + i, 8 * sizeof(T));    \
-        for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W) {                                        \
-            fc_vec_##SUF a[8][2];                                                                \
-            for (int r = 0; r < 8; r++) {                                                        \
-                a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                 \
-                a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                             \
-            }                                                                                    \
-            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
-                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
-                fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                           \
-                const T* x = blk + k * 8;                                                        \
-                for (int r = 0; r < 8; r++) { a[r][0] += x[r] * b0; a[r][1] += x[r] * b1; }      \
-            }                                                                                    \
-            for (int r = 0; r < 8; r++) {                                                        \
-                fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                 \
-                fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                             \
-            }                                                                                    \
-        }                                                                                        \
+        for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W) FC_ACC_BLOCK(T, SUF, W, 8, blk + k * 8, 1) \
     }                                                                                            \
     if (i < nrows4)                                                                              \
         fc_gemm_acc_##SUF(A + i, 1, ak, nrows4 - i, K, B, ldb, ncols, C + i * ldc, ldc);         \
@@ -490,7 +457,9 @@ static inline __m512 fc_exp16(__m512 x) {
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(y, n);
 }
-static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
+/* In place s[j] = exp(scale * s[j] - m) (one rounding: fused multiply-subtract); returns the 16
+ * lane partials (lane j % 16, each summed in order of j). */
+static inline fc_vec_f32 fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
     __m512 lanes = _mm512_setzero_ps();
     ptrdiff_t j = 0;
@@ -507,52 +476,30 @@ static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, fl
     }
     fc_vec_f32 l;
     memcpy(&l, &lanes, 64);
-    return fc_hsum_f32(l);
-}
-/* s[j] = exp(s[j] - m) and their sum in the documented order of sum16 (lane j % 16 partials,
- * then the 16 lanes added in lane order): the softmax of naive, paged and the backward. */
-static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
-    const __m512 vm = _mm512_set1_ps(m);
-    __m512 lanes = _mm512_setzero_ps();
-    ptrdiff_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512 e = fc_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
-        _mm512_storeu_ps(s + j, e);
-        lanes = _mm512_add_ps(lanes, e);
-    }
-    if (j < n) {
-        __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
-        __m512 e = fc_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
-        _mm512_mask_storeu_ps(s + j, k, e);
-        lanes = _mm512_mask_add_ps(lanes, k, lanes, e);
-    }
-    float l[16];
-    _mm512_storeu_ps(l, lanes);
-    float total = l[0];
-    for (int i = 1; i < 16; i++) total += l[i];
-    return total;
+    return l;
 }
 #else
 #define FC_HAVE_EXP16 0
+static inline fc_vec_f32 fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m) {
+    fc_vec_f32 l = {0};
+    for (ptrdiff_t j = 0; j < n; j++) {
+        s[j] = fc_expf(scale * s[j] - m);
+        l[j % 16] += s[j];
+    }
+    return l;
+}
+#endif
+/* flash: the partials added pairwise */
+static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
+    return fc_hsum_f32(fc_exp_lanes_f32(s, n, scale, m));
+}
+/* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order (sum16) */
 static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
-    float l[16] = {0};
-    ptrdiff_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int i = 0; i < 16; i++) { s[j + i] = fc_expf(s[j + i] - m); l[i] += s[j + i]; }
-    for (int i = 0; j + i < n; i++) { s[j + i] = fc_expf(s[j + i] - m); l[i] += s[j + i]; }
+    fc_vec_f32 l = fc_exp_lanes_f32(s, n, 1.0f, m);
     float total = l[0];
     for (int i = 1; i < 16; i++) total += l[i];
     return total;
 }
-static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
-    fc_vec_f32 l = {0};
-    ptrdiff_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int i = 0; i < 16; i++) { s[j + i] = fc_expf(scale * s[j + i] - m); l[i] += s[j + i]; }
-    for (int i = 0; j + i < n; i++) { s[j + i] = fc_expf(scale * s[j + i] - m); l[i] += s[j + i]; }
-    return fc_hsum_f32(l);
-}
-#endif
 
 /* ---- "math in T" variants for the half types held in float: every product and sum rounded. ----
  * Same loops and order as the generic Cython blocks (sequential over the contraction index per
