@@ -1,13 +1,23 @@
-"""Build: regenerate fuel_cy/_generated/ from contracts/, then cythonize it with the hand-written
-core.  Environment switches (documented in the README):
+"""Build: regenerate fuel_cy/_generated/ from contracts/, then cythonize and compile
 
-  FUEL_CY_PORTABLE=1     no -march=native (a wheel that runs on any x86-64 / aarch64)
-  FUEL_CY_OPT=-O1        override the optimisation level (tests use it for quick rebuilds)
-  FUEL_CY_SANITIZE=1     -fsanitize=address,undefined (run with LD_PRELOAD of libasan)
-  FUEL_CY_NO_OPENMP=1    build without OpenMP even where the compiler supports it
+  fuel_cy._cpuid                  cpuid/xgetbv probe                       baseline flags
+  fuel_cy._generated._kernels     validators, dispatch stubs, costs        baseline flags
+  fuel_cy._generated._core_<L>    the attention core, once per CPU level   the level's flags
+
+The baseline is the compiler's default target (no -march), so `import fuel_cy` works on any CPU of
+the architecture; fuel_cy.cpu then loads the fastest level the CPU supports.  Levels are listed in
+fuel_cy/cpu_levels.py.  Environment switches (documented in the README):
+
+  FUEL_CY_CPU_LEVELS=a,b  compile only these levels (quick local builds; wheels carry all)
+  FUEL_CY_NATIVE=1        add a `native` level (-march=native) for this machine only
+  FUEL_CY_OPT=-O1         override the optimisation level (tests use it for quick rebuilds)
+  FUEL_CY_JOBS=N          parallel compile jobs (default: one per CPU)
+  FUEL_CY_SANITIZE=1      -fsanitize=address,undefined (run with LD_PRELOAD of libasan)
+  FUEL_CY_NO_OPENMP=1     build without OpenMP even where the compiler supports it
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -16,12 +26,15 @@ import sys
 import sysconfig
 import tempfile
 import types
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+CORE = ROOT / "fuel_cy" / "_core"
 
 
 def _load_codegen():
@@ -40,77 +53,146 @@ def _load_codegen():
             sys.modules["fuel_cy"] = saved
 
 
+def _load_levels() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("_fuel_cy_cpu_levels", ROOT / "fuel_cy" / "cpu_levels.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
 def _compiler() -> str:
     return os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
 
 
-def _compiles(flags: list[str], source: str) -> bool:
-    """Probe a flag set by compiling and linking a tiny program (sklearn's approach)."""
+def _run(args: list[str], source: str, suffix: str = ".c") -> subprocess.CompletedProcess | None:
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "probe.c"
+        src = Path(tmp) / f"probe{suffix}"
         src.write_text(source)
         try:
-            res = subprocess.run([_compiler(), *flags, str(src), "-o", str(Path(tmp) / "probe")],
-                                 capture_output=True, timeout=60)
+            return subprocess.run([_compiler(), *args, str(src), "-o", str(Path(tmp) / "probe")],
+                                  capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.SubprocessError):
-            return False
-        return res.returncode == 0
+            return None
+
+
+def _compiles(flags: list[str], source: str) -> bool:
+    """Probe a flag set by compiling and linking a tiny program (sklearn's approach)."""
+    res = _run(flags, source)
+    return res is not None and res.returncode == 0
+
+
+def _macros(flags: list[str]) -> str:
+    """The compiler's predefined macros under `flags` (what the level's code may use)."""
+    try:
+        res = subprocess.run([_compiler(), *flags, "-dM", "-E", "-x", "c", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return res.stdout if res.returncode == 0 else ""
 
 
 OPENMP_PROBE = "#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel reduction(+:n)\nn+=1;\nreturn n>0?0:1;}\n"
 
 
-def build_flags() -> dict:
+def base_flags() -> dict:
     opt = os.environ.get("FUEL_CY_OPT", "-O3")
     compile_args = [opt, "-fno-math-errno", "-Wno-unused-function", "-Wno-unreachable-code"]
     link_args: list[str] = []
-    portable = os.environ.get("FUEL_CY_PORTABLE") == "1"
-    if not portable and _compiles(["-march=native"], "int main(void){return 0;}\n"):
-        compile_args.append("-march=native")
-    openmp = os.environ.get("FUEL_CY_NO_OPENMP") != "1" and _compiles(["-fopenmp"], OPENMP_PROBE)
-    if openmp:
-        compile_args.append("-fopenmp")
-        link_args.append("-fopenmp")
-    if os.environ.get("FUEL_CY_SANITIZE") == "1":
+    sanitize = os.environ.get("FUEL_CY_SANITIZE") == "1"
+    if sanitize:
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
         compile_args += san
         link_args += san
-    return {"compile_args": compile_args, "link_args": link_args, "openmp": openmp,
-            "portable": portable, "sanitize": os.environ.get("FUEL_CY_SANITIZE") == "1"}
+    openmp = os.environ.get("FUEL_CY_NO_OPENMP") != "1" and _compiles(["-fopenmp"], OPENMP_PROBE)
+    return {"compile_args": compile_args, "link_args": link_args, "openmp": openmp, "sanitize": sanitize}
 
 
-def write_build_info(flags: dict) -> None:
+def build_levels(cpu_levels: types.ModuleType) -> list:
+    """The levels this build compiles: the architecture's list (or FUEL_CY_CPU_LEVELS), minus
+    those the compiler cannot target, plus `native` under FUEL_CY_NATIVE=1."""
+    if os.environ.get("FUEL_CY_PORTABLE"):
+        warnings.warn("FUEL_CY_PORTABLE is retired: every build is portable now (one module per CPU "
+                      "level, chosen at import); it is ignored")
+    levels = list(cpu_levels.levels_for(platform.machine()))
+    if os.environ.get("FUEL_CY_NATIVE") == "1":
+        levels.append(cpu_levels.NATIVE)
+    wanted = [w.strip().lower() for w in os.environ.get("FUEL_CY_CPU_LEVELS", "").split(",") if w.strip()]
+    if wanted:
+        known = [lv.name for lv in levels]
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise SystemExit(f"FUEL_CY_CPU_LEVELS: unknown level(s) {', '.join(unknown)}; "
+                             f"this architecture has {', '.join(known)}")
+        levels = [lv for lv in levels if lv.name in wanted]
+    usable = []
+    for level in levels:
+        if _compiles(list(level.flags), "int main(void){return 0;}\n"):
+            usable.append(level)
+        else:
+            warnings.warn(f"the compiler {_compiler()} cannot target level {level.name} "
+                          f"({' '.join(level.flags)}); building without it")
+    if not usable:
+        raise SystemExit("no CPU level can be compiled with " + _compiler())
+    return usable
+
+
+def write_build_info(base: dict, levels: dict) -> None:
     info = {
-        "compile_args": flags["compile_args"], "link_args": flags["link_args"],
-        "openmp": flags["openmp"], "portable": flags["portable"], "sanitize": flags["sanitize"],
+        "compile_args": base["compile_args"], "link_args": base["link_args"],
+        "openmp": base["openmp"], "sanitize": base["sanitize"],
         "compiler": _compiler(), "machine": platform.machine(), "python": platform.python_version(),
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpu_capabilities": list(levels),
+        "levels": levels,
     }
     text = ("# GENERATED at build time by setup.py -- DO NOT EDIT.\n"
             f"BUILD_INFO = {json.dumps(info, indent=4)}\n").replace("true", "True").replace("false", "False")
     (ROOT / "fuel_cy" / "_generated" / "_build_info.py").write_text(text)
 
 
+def _jobs() -> int:
+    return max(1, int(os.environ.get("FUEL_CY_JOBS") or os.cpu_count() or 1))
+
+
+class ParallelBuildExt(build_ext):
+    """Compile the level modules side by side: they are independent, and each takes ~30 s."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = _jobs()
+
+
 def extensions() -> list:
     from Cython.Build import cythonize
 
     _load_codegen()(ROOT)
-    flags = build_flags()
-    write_build_info(flags)
-    core = str(ROOT / "fuel_cy" / "_core")
-    ext = Extension(
-        "fuel_cy._generated._kernels",
-        sources=["fuel_cy/_generated/_kernels.pyx"],
-        include_dirs=[core],
-        extra_compile_args=flags["compile_args"],
-        extra_link_args=flags["link_args"],
-    )
+    cpu_levels = _load_levels()
+    base = base_flags()
+    omp_c = ["-fopenmp"] if base["openmp"] else []
+    omp_l = ["-fopenmp"] if base["openmp"] else []
+    levels, exts = {}, []
+    for level in build_levels(cpu_levels):
+        args = [*base["compile_args"], *level.flags, *omp_c]
+        levels[level.name] = {"compile_args": args, "summary": level.summary,
+                              "features": cpu_levels.features_from_macros(_macros(list(level.flags)))}
+        exts.append(Extension(f"fuel_cy._generated._core_{level.name}",
+                              sources=[f"fuel_cy/_generated/_core_{level.name}.pyx"],
+                              include_dirs=[str(CORE)], extra_compile_args=args,
+                              extra_link_args=[*base["link_args"], *omp_l]))
+    write_build_info(base, levels)
+    for name, source in (("fuel_cy._generated._kernels", "fuel_cy/_generated/_kernels.pyx"),
+                         ("fuel_cy._cpuid", "fuel_cy/_cpuid.pyx")):
+        exts.append(Extension(name, sources=[source], include_dirs=[str(CORE)],
+                              extra_compile_args=base["compile_args"], extra_link_args=base["link_args"]))
     # Bounds checks stay on for the generated Python-level code (a shape tuple of the wrong
     # length must raise, not read past its end); the hot loops use raw pointers into buffers
     # whose extents the validators proved, so the checks cost nothing there.
     directives = {"language_level": 3, "boundscheck": True, "wraparound": True,
                   "cdivision": True, "embedsignature": True}
-    return cythonize([ext], include_path=[core], compiler_directives=directives, quiet=True)
+    return cythonize(exts, include_path=[str(CORE)], compiler_directives=directives, quiet=True,
+                     nthreads=_jobs() if len(exts) > 1 else 0)
 
 
-setup(ext_modules=extensions())
+setup(ext_modules=extensions(), cmdclass={"build_ext": ParallelBuildExt})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from .errors import ContractError, InputError, StaleBuildWarning
+from .errors import ContractError, CpuCapabilityError, InputError, StaleBuildWarning
 
 from ._threads import get_num_threads, set_num_threads
 
@@ -37,10 +37,24 @@ else:
 
 
 def build_info() -> dict:
-    """Compiler flags, OpenMP and machine of the build that produced the extension."""
+    """How the extension was built and which CPU level runs here.
+
+    ``cpu_capabilities`` lists the compiled levels (most portable first) and ``levels`` gives each
+    one's compiler flags and the CPU features it needs; ``cpu_capability`` is the level in use in
+    this process (the fastest this CPU supports, or ``FUEL_CY_CPU_CAPABILITY``), and ``cpu`` /
+    ``cpu_features`` describe the CPU it was chosen for.
+    """
+    import copy
+
+    from . import cpu
     from ._generated._build_info import BUILD_INFO
 
-    return dict(BUILD_INFO)
+    info = copy.deepcopy(BUILD_INFO)
+    info["cpu_capability"] = cpu.capability()
+    info["supported_capabilities"] = list(cpu.supported_levels())
+    info["cpu"] = cpu.cpu_name()
+    info["cpu_features"] = sorted(cpu.cpu_features())
+    return info
 
 
 def _check_stale() -> None:
@@ -62,6 +76,7 @@ def _check_stale() -> None:
 if _BUILD_ERROR is None:
     _check_stale()
 
-__all__ = [*(_kernel_names if _BUILD_ERROR is None else []), "ContractError", "CostReport", "ENTRY_POINTS", "FUSED_OPS", "InputError",
+__all__ = [*(_kernel_names if _BUILD_ERROR is None else []), "ContractError", "CostReport", "CpuCapabilityError",
+           "ENTRY_POINTS", "FUSED_OPS", "InputError",
            "KernelEntry", "Plan", "StaleBuildWarning", "build_info", "cost", "dispatch",
            "get_num_threads", "plan", "registry", "set_num_threads"]

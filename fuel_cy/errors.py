@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .contract.errors import ContractError
 
-__all__ = ["InputError", "ContractError", "StaleBuildWarning"]
+__all__ = ["InputError", "ContractError", "CpuCapabilityError", "StaleBuildWarning"]
 
 
 class InputError(ValueError):
@@ -25,3 +25,8 @@ class InputError(ValueError):
 
 class StaleBuildWarning(UserWarning):
     """The compiled extension was generated from a different version of a contract."""
+
+
+class CpuCapabilityError(RuntimeError):
+    """No compiled level of the core can run here, or FUEL_CY_CPU_CAPABILITY names one that the
+    build lacks or this CPU cannot run.  The message lists the levels that would work."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fuel_cy
-from fuel_cy._generated import _kernels
+from fuel_cy.cpu import core
 
 DTYPES = [np.float32, np.float64, ml_dtypes.bfloat16, np.float16]
 
@@ -73,7 +73,7 @@ class _PoisonedNumpy:
 def test_outputs_fully_written_with_poisoned_allocations(dtype, monkeypatch):
     calls = _calls(dtype)
     clean = {name: _bits(getattr(fuel_cy, name)(*args, **params)) for name, args, params in calls}
-    monkeypatch.setattr(_kernels, "_np", _PoisonedNumpy())
+    monkeypatch.setattr(core(), "_np", _PoisonedNumpy())
     for name, args, params in calls:
         result = getattr(fuel_cy, name)(*args, **params)
         parts = result if isinstance(result, tuple) else (result,)
@@ -109,7 +109,7 @@ def test_chunked_packing_gives_the_same_bits(dtype, monkeypatch):
     # long sequences pack K in chunks of kv heads; chunk boundaries must not change any result
     calls = [c for c in _calls(dtype) if c[0] != "attention_paged_naive"]
     whole = {name: _bits(getattr(fuel_cy, name)(*args, **params)) for name, args, params in calls}
-    monkeypatch.setattr(_kernels, "PACKED_BUDGET_BYTES", 1)
+    monkeypatch.setattr(core(), "PACKED_BUDGET_BYTES", 1)
     for name, args, params in calls:
         assert _bits(getattr(fuel_cy, name)(*args, **params)) == whole[name], name
 

@@ -8,13 +8,17 @@ from typing import Any, Optional
 import jinja2
 
 from ..contract import load_contracts
+from ..cpu_levels import all_level_names
 from ..contract.loader import FUSED_OPS_FILE, contract_files, parse_fused_ops
 from .cores import CORE_SOURCES
 from .files import FileManager
 from .view import docstring, kernel_view, sources_digest
 
 GENERATOR_VERSION = "1"
-TEMPLATES = ("_kernels.pyx.j2", "_kernels.pyi.j2", "_tables.py.j2")
+TEMPLATES = ("_kernels.pyx.j2", "_kernels.pyi.j2", "_tables.py.j2", "_core_entries.pxi.j2")
+LEVEL_TEMPLATE = "_core_level.pyx.j2"
+"""Rendered once per known CPU level as `_core_<level>.pyx`; the build compiles the levels it
+targets (setup.py), so what is generated does not depend on the machine."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,9 @@ def render(layout: Layout, out_dir: Optional[Path] = None) -> FileManager:
     for template in TEMPLATES:
         text = env.get_template(template).render(header=header("#", sources, template), **context)
         fm.add(template[:-3], text)
+    for level in all_level_names():
+        text = env.get_template(LEVEL_TEMPLATE).render(header=header("#", sources, LEVEL_TEMPLATE), level=level)
+        fm.add(f"_core_{level}.pyx", text)
     for path in contract_files(layout.contracts) + [layout.contracts / FUSED_OPS_FILE]:
         fm.add(f"contracts/{path.name}", path.read_text(encoding="utf-8"))
     return fm
