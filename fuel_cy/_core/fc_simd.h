@@ -2,15 +2,36 @@
  * vector extensions so the compiler cannot reshape them (left alone, gcc vectorized the wrong loop
  * of pv_accum and gathered).  They compute exactly what blocks.pxi's generic loops define:
  * every output element is a sequential sum over the contraction index, so results do not depend
- * on blocking or threads.  Hand-written; included by the generated extension. */
+ * on blocking or threads.  Hand-written; included by every CPU level's core module.
+ *
+ * One source for every CPU level (fuel_cy/cpu_levels.py): the level's compiler flags choose the
+ * vector width and the register blocking below; the algorithms (tiling, packing, blocking, the
+ * vectorized exp and roundings) are the same at every level. */
 #ifndef FUEL_CY_FC_SIMD_H
 #define FUEL_CY_FC_SIMD_H
 #include <stddef.h>
 #include <string.h>
 #include "fc_math.h"
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
+
+/* Vector width and register blocking of this level.  A register block holds FC_NRB rows x 2
+ * vectors of accumulators: AVX-512 has 32 vector registers, so 8 x 2 = 16 accumulators plus the
+ * two loaded vectors and a broadcast; AVX2 and SSE have 16, where 8 rows spilled every
+ * accumulator to the stack (20x slower than 4 rows). */
+#if defined(__AVX512F__)
+#define FC_VBYTES 64
+#define FC_NRB 8
+#elif defined(__AVX__)
+#define FC_VBYTES 32
+#define FC_NRB 4
+#else
+#define FC_VBYTES 16
+#define FC_NRB 4
+#endif
+#define FC_W32 (FC_VBYTES / 4)   /* float lanes per vector */
+#define FC_W64 (FC_VBYTES / 8)   /* double lanes per vector */
 
 #define FC_BC 128
 /* Rows gathered through a block table sit in different pages, where hardware prefetchers stop:
@@ -20,48 +41,59 @@ static inline void fc_prefetch_row(const void* p, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char*)p + off, 0, 3);
 }
 
+/* One register block of S = Q Kt: NRB rows x 2W columns at (i, j0), sequential over d. */
+#define FC_QK_BLOCK(T, SUF, W, NRB)                                                              \
+    {                                                                                            \
+        const T* q[NRB];                                                                         \
+        for (int r = 0; r < NRB; r++) q[r] = Q + (i + r) * D;                                    \
+        fc_vec_##SUF a[NRB][2] = {{{0}}};                                                         \
+        const T* kp = Kt + j0;                                                                   \
+        for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
+            fc_vec_##SUF k0 = fc_load_##SUF(kp), k1 = fc_load_##SUF(kp + W);                     \
+            for (int r = 0; r < NRB; r++) { a[r][0] += q[r][d] * k0; a[r][1] += q[r][d] * k1; } \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_##SUF(S + (i + r) * lds + j0, a[r][0]);                                     \
+            fc_store_##SUF(S + (i + r) * lds + j0 + W, a[r][1]);                                 \
+        }                                                                                        \
+    }
+
+/* One register block of O += P V: NRB rows x 2W columns at (i, d0), sequential over j. */
+#define FC_PV_BLOCK(T, SUF, W, NRB)                                                              \
+    {                                                                                            \
+        const T* p[NRB];                                                                         \
+        fc_vec_##SUF a[NRB][2];                                                                  \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            p[r] = P + (i + r) * ldp;                                                            \
+            a[r][0] = fc_load_##SUF(O + (i + r) * ldo + d0);                                     \
+            a[r][1] = fc_load_##SUF(O + (i + r) * ldo + d0 + W);                                 \
+        }                                                                                        \
+        for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
+            const T* v = vrows[j] + d0;                                                          \
+            if (d0 == 0 && i == 0 && j + FC_PREFETCH < ncols)                                    \
+                fc_prefetch_row(vrows[j + FC_PREFETCH], D * sizeof(T));                          \
+            fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                       \
+            for (int r = 0; r < NRB; r++) { a[r][0] += p[r][j] * v0; a[r][1] += p[r][j] * v1; } \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_##SUF(O + (i + r) * ldo + d0, a[r][0]);                                     \
+            fc_store_##SUF(O + (i + r) * ldo + d0 + W, a[r][1]);                                 \
+        }                                                                                        \
+    }
+
 #define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
-typedef T fc_vec_##SUF __attribute__((vector_size(64)));                                        \
-static inline fc_vec_##SUF fc_load_##SUF(const T* p) { fc_vec_##SUF v; memcpy(&v, p, 64); return v; } \
-static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, 64); }                  \
+typedef T fc_vec_##SUF __attribute__((vector_size(FC_VBYTES)));                                 \
+static inline fc_vec_##SUF fc_load_##SUF(const T* p) { fc_vec_##SUF v; memcpy(&v, p, FC_VBYTES); return v; } \
+static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, FC_VBYTES); }           \
                                                                                                  \
-/* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0. */      \
+/* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0.  Each  \
+ * Kt slice [D][2W] stays in L1 across the row blocks. */                                        \
 static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
                                T* S, ptrdiff_t lds, ptrdiff_t ncols) {                           \
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * W) {  /* the Kt slice [D][2W] stays in L1 */    \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * W) {                                            \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + 8 <= nrows4; i += 8) {  /* 8 rows x 2W lanes: 16 accumulators per K load pair */ \
-            const T* q[8];                                                                       \
-            for (int r = 0; r < 8; r++) q[r] = Q + (i + r) * D;                                  \
-            fc_vec_##SUF a[8][2] = {{{0}}};                                                       \
-            const T* kp = Kt + j0;                                                               \
-            for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                     \
-                fc_vec_##SUF k0 = fc_load_##SUF(kp), k1 = fc_load_##SUF(kp + W);                 \
-                for (int r = 0; r < 8; r++) { a[r][0] += q[r][d] * k0; a[r][1] += q[r][d] * k1; } \
-            }                                                                                    \
-            for (int r = 0; r < 8; r++) {                                                        \
-                fc_store_##SUF(S + (i + r) * lds + j0, a[r][0]);                                 \
-                fc_store_##SUF(S + (i + r) * lds + j0 + W, a[r][1]);                             \
-            }                                                                                    \
-        }                                                                                        \
-        for (; i < nrows4; i += 4) {                                                             \
-            const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                  \
-            fc_vec_##SUF a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0};                             \
-            fc_vec_##SUF a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};                             \
-            const T* kp = Kt + j0;                                                               \
-            for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                     \
-                fc_vec_##SUF k0 = fc_load_##SUF(kp), k1 = fc_load_##SUF(kp + W);                 \
-                a00 += q0[d] * k0; a01 += q0[d] * k1;                                            \
-                a10 += q1[d] * k0; a11 += q1[d] * k1;                                            \
-                a20 += q2[d] * k0; a21 += q2[d] * k1;                                            \
-                a30 += q3[d] * k0; a31 += q3[d] * k1;                                            \
-            }                                                                                    \
-            T* s = S + i * lds + j0;                                                             \
-            fc_store_##SUF(s, a00); fc_store_##SUF(s + W, a01); s += lds;                        \
-            fc_store_##SUF(s, a10); fc_store_##SUF(s + W, a11); s += lds;                        \
-            fc_store_##SUF(s, a20); fc_store_##SUF(s + W, a21); s += lds;                        \
-            fc_store_##SUF(s, a30); fc_store_##SUF(s + W, a31);                                  \
-        }                                                                                        \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_QK_BLOCK(T, SUF, W, FC_NRB)                  \
+        for (; i < nrows4; i += 4) FC_QK_BLOCK(T, SUF, W, 4)                                      \
     }                                                                                            \
 }                                                                                                \
                                                                                                  \
@@ -72,48 +104,8 @@ static inline void fc_pv_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrd
     ptrdiff_t d0 = 0;                                                                            \
     for (; d0 + 2 * W <= D; d0 += 2 * W) {                                                       \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + 8 <= nrows4; i += 8) {                                                        \
-            const T* p[8];                                                                       \
-            fc_vec_##SUF a[8][2];                                                                \
-            for (int r = 0; r < 8; r++) {                                                        \
-                p[r] = P + (i + r) * ldp;                                                        \
-                a[r][0] = fc_load_##SUF(O + (i + r) * ldo + d0);                                 \
-                a[r][1] = fc_load_##SUF(O + (i + r) * ldo + d0 + W);                             \
-            }                                                                                    \
-            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
-                const T* v = vrows[j] + d0;                                                      \
-                if (d0 == 0 && i == 0 && j + FC_PREFETCH < ncols)                                \
-                    fc_prefetch_row(vrows[j + FC_PREFETCH], D * sizeof(T));                      \
-                fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                   \
-                for (int r = 0; r < 8; r++) { a[r][0] += p[r][j] * v0; a[r][1] += p[r][j] * v1; } \
-            }                                                                                    \
-            for (int r = 0; r < 8; r++) {                                                        \
-                fc_store_##SUF(O + (i + r) * ldo + d0, a[r][0]);                                 \
-                fc_store_##SUF(O + (i + r) * ldo + d0 + W, a[r][1]);                             \
-            }                                                                                    \
-        }                                                                                        \
-        for (; i < nrows4; i += 4) {                                                             \
-            const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
-            T *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;            \
-            fc_vec_##SUF a00 = fc_load_##SUF(o0), a01 = fc_load_##SUF(o0 + W);                   \
-            fc_vec_##SUF a10 = fc_load_##SUF(o1), a11 = fc_load_##SUF(o1 + W);                   \
-            fc_vec_##SUF a20 = fc_load_##SUF(o2), a21 = fc_load_##SUF(o2 + W);                   \
-            fc_vec_##SUF a30 = fc_load_##SUF(o3), a31 = fc_load_##SUF(o3 + W);                   \
-            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
-                const T* v = vrows[j] + d0;                                                      \
-                if (d0 == 0 && i == 0 && j + FC_PREFETCH < ncols)                                \
-                    fc_prefetch_row(vrows[j + FC_PREFETCH], D * sizeof(T));                      \
-                fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                   \
-                a00 += p0[j] * v0; a01 += p0[j] * v1;                                            \
-                a10 += p1[j] * v0; a11 += p1[j] * v1;                                            \
-                a20 += p2[j] * v0; a21 += p2[j] * v1;                                            \
-                a30 += p3[j] * v0; a31 += p3[j] * v1;                                            \
-            }                                                                                    \
-            fc_store_##SUF(o0, a00); fc_store_##SUF(o0 + W, a01);                                \
-            fc_store_##SUF(o1, a10); fc_store_##SUF(o1 + W, a11);                                \
-            fc_store_##SUF(o2, a20); fc_store_##SUF(o2 + W, a21);                                \
-            fc_store_##SUF(o3, a30); fc_store_##SUF(o3 + W, a31);                                \
-        }                                                                                        \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_PV_BLOCK(T, SUF, W, FC_NRB)                  \
+        for (; i < nrows4; i += 4) FC_PV_BLOCK(T, SUF, W, 4)                                      \
     }                                                                                            \
     for (; d0 + W <= D; d0 += W) {                                                               \
         for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
@@ -172,8 +164,8 @@ static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T
     }                                                                                            \
 }
 
-FC_DEFINE_KERNELS(float, f32, 16)
-FC_DEFINE_KERNELS(double, f64, 8)
+FC_DEFINE_KERNELS(float, f32, FC_W32)
+FC_DEFINE_KERNELS(double, f64, FC_W64)
 
 /* C[i, c] += sum_k A[i * ai + k * ak] * B[k * ldb + c] for i < nrows4 (a multiple of 4), c < ncols,
  * sequential over k.  With ai = 1 it reads A transposed in place: the backward's dV += P^T dO and
@@ -208,7 +200,7 @@ static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptr
     ptrdiff_t c0 = 0;                                                                            \
     for (; c0 + 2 * W <= ncols; c0 += 2 * W) {                                                   \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + 8 <= nrows4; i += 8) FC_ACC_BLOCK(T, SUF, W, 8, A + k * ak + i * ai, ai)      \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_ACC_BLOCK(T, SUF, W, FC_NRB, A + k * ak + i * ai, ai) \
         for (; i < nrows4; i += 4) FC_ACC_BLOCK(T, SUF, W, 4, A + k * ak + i * ai, ai)           \
     }                                                                                            \
     for (; c0 + W <= ncols; c0 += W) {                                                           \
@@ -231,13 +223,13 @@ static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptr
     }                                                                                            \
 }
 
-FC_DEFINE_GEMM_ACC(float, f32, 16)
-FC_DEFINE_GEMM_ACC(double, f64, 8)
+FC_DEFINE_GEMM_ACC(float, f32, FC_W32)
+FC_DEFINE_GEMM_ACC(double, f64, FC_W64)
 
-/* The same C += A^T B for A read transposed (ai = 1) with K <= 64: each block of 8 output rows
- * first copies its A^T block ([K][8], 2 KB) so that every column pass reads it from L1; read in
- * place, the K rows of A are a power-of-two stride apart and all land in one L1 set.  Same sums
- * in the same order as fc_gemm_acc. */
+/* The same C += A^T B for A read transposed (ai = 1) with K <= 64: each block of FC_NRB output
+ * rows first copies its A^T block ([K][FC_NRB], at most 2 KB) so that every column pass reads it
+ * from L1; read in place, the K rows of A are a power-of-two stride apart and all land in one L1
+ * set.  Same sums in the same order as fc_gemm_acc. */
 #define FC_DEFINE_GEMM_TN(T, SUF, W)                                                             \
 static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, ptrdiff_t K,     \
                                     const T* B, ptrdiff_t ldb, ptrdiff_t ncols, T* C, ptrdiff_t ldc) { \
@@ -245,61 +237,76 @@ static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, 
         fc_gemm_acc_##SUF(A, 1, ak, nrows4, K, B, ldb, ncols, C, ldc);                           \
         return;                                                                                  \
     }                                                                                            \
-    T blk[64 * 8];                                                                               \
+    T blk[64 * FC_NRB];                                                                          \
     ptrdiff_t i = 0;                                                                             \
-    for (; i + 8 <= nrows4; i += 8) {                                                            \
-        for (ptrdiff_t k = 0; k < K; k++) memcpy(blk + k * 8, A + k * ak + i, 8 * sizeof(T));    \
-        for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W) FC_ACC_BLOCK(T, SUF, W, 8, blk + k * 8, 1) \
+    for (; i + FC_NRB <= nrows4; i += FC_NRB) {                                                  \
+        for (ptrdiff_t k = 0; k < K; k++) memcpy(blk + k * FC_NRB, A + k * ak + i, FC_NRB * sizeof(T)); \
+        for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W)                                          \
+            FC_ACC_BLOCK(T, SUF, W, FC_NRB, blk + k * FC_NRB, 1)                                 \
     }                                                                                            \
     if (i < nrows4)                                                                              \
         fc_gemm_acc_##SUF(A + i, 1, ak, nrows4 - i, K, B, ldb, ncols, C + i * ldc, ldc);         \
 }
 
-FC_DEFINE_GEMM_TN(float, f32, 16)
-FC_DEFINE_GEMM_TN(double, f64, 8)
+FC_DEFINE_GEMM_TN(float, f32, FC_W32)
+FC_DEFINE_GEMM_TN(double, f64, FC_W64)
 
-/* Horizontal sums in a fixed pairwise order (halves added until one lane is left). */
+/* Horizontal sums in a fixed pairwise order (halves added until one lane is left), for this
+ * level's vector width. */
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_shufflevector)
 #define FC_HAVE_SHUFFLE 1
 #endif
 #endif
 #ifdef FC_HAVE_SHUFFLE
-typedef float fc_f32x8 __attribute__((vector_size(32)));
-typedef float fc_f32x4 __attribute__((vector_size(16)));
 typedef float fc_f32x2 __attribute__((vector_size(8)));
-typedef double fc_f64x4 __attribute__((vector_size(32)));
+typedef float fc_f32x4 __attribute__((vector_size(16)));
 typedef double fc_f64x2 __attribute__((vector_size(16)));
-static inline float fc_hsum_f32(fc_vec_f32 a) {
-    fc_f32x8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
-                 __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-    fc_f32x4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
-    fc_f32x2 e = __builtin_shufflevector(c, c, 0, 1) + __builtin_shufflevector(c, c, 2, 3);
-    return e[0] + e[1];
+static inline float fc_hsum_f32x2(fc_f32x2 a) { return a[0] + a[1]; }
+static inline float fc_hsum_f32x4(fc_f32x4 a) {
+    return fc_hsum_f32x2(__builtin_shufflevector(a, a, 0, 1) + __builtin_shufflevector(a, a, 2, 3));
 }
-static inline double fc_hsum_f64(fc_vec_f64 a) {
-    fc_f64x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    fc_f64x2 c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
-    return c[0] + c[1];
+static inline double fc_hsum_f64x2(fc_f64x2 a) { return a[0] + a[1]; }
+#if FC_VBYTES >= 32
+typedef float fc_f32x8 __attribute__((vector_size(32)));
+typedef double fc_f64x4 __attribute__((vector_size(32)));
+static inline float fc_hsum_f32x8(fc_f32x8 a) {
+    return fc_hsum_f32x4(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7));
 }
-#else
-static inline float fc_hsum_f32(fc_vec_f32 a) {
-    float t[8];
-    for (int l = 0; l < 8; l++) t[l] = a[l] + a[l + 8];
-    for (int l = 0; l < 4; l++) t[l] = t[l] + t[l + 4];
-    for (int l = 0; l < 2; l++) t[l] = t[l] + t[l + 2];
-    return t[0] + t[1];
-}
-static inline double fc_hsum_f64(fc_vec_f64 a) {
-    double t[4];
-    for (int l = 0; l < 4; l++) t[l] = a[l] + a[l + 4];
-    for (int l = 0; l < 2; l++) t[l] = t[l] + t[l + 2];
-    return t[0] + t[1];
+static inline double fc_hsum_f64x4(fc_f64x4 a) {
+    return fc_hsum_f64x2(__builtin_shufflevector(a, a, 0, 1) + __builtin_shufflevector(a, a, 2, 3));
 }
 #endif
+#if FC_VBYTES >= 64
+static inline float fc_hsum_f32(fc_vec_f32 a) {
+    return fc_hsum_f32x8(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                         __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+static inline double fc_hsum_f64(fc_vec_f64 a) {
+    return fc_hsum_f64x4(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7));
+}
+#elif FC_VBYTES == 32
+static inline float fc_hsum_f32(fc_vec_f32 a) { return fc_hsum_f32x8(a); }
+static inline double fc_hsum_f64(fc_vec_f64 a) { return fc_hsum_f64x4(a); }
+#else
+static inline float fc_hsum_f32(fc_vec_f32 a) { return fc_hsum_f32x4(a); }
+static inline double fc_hsum_f64(fc_vec_f64 a) { return fc_hsum_f64x2(a); }
+#endif
+#else
+#define FC_DEFINE_HSUM(T, SUF, W)                                                                \
+static inline T fc_hsum_##SUF(fc_vec_##SUF a) {                                                  \
+    T t[W];                                                                                      \
+    memcpy(t, &a, sizeof t);                                                                     \
+    for (int h = W / 2; h >= 1; h /= 2)                                                          \
+        for (int l = 0; l < h; l++) t[l] = t[l] + t[l + h];                                      \
+    return t[0];                                                                                 \
+}
+FC_DEFINE_HSUM(float, f32, FC_W32)
+FC_DEFINE_HSUM(double, f64, FC_W64)
+#endif
 
-FC_DEFINE_ROWDOTS(float, f32, 16)
-FC_DEFINE_ROWDOTS(double, f64, 8)
+FC_DEFINE_ROWDOTS(float, f32, FC_W32)
+FC_DEFINE_ROWDOTS(double, f64, FC_W64)
 
 /* Paged decode over several kv heads at once.  In the pool a key's rows for all kv heads sit
  * side by side, so serving every head of a group of keys together reads the pool front to back
@@ -346,13 +353,29 @@ static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads
     }                                                                                            \
 }
 
-FC_DEFINE_HEADS(float, f32, 16)
-FC_DEFINE_HEADS(double, f64, 8)
+FC_DEFINE_HEADS(float, f32, FC_W32)
+FC_DEFINE_HEADS(double, f64, FC_W64)
+
+/* ---- Bit-level vector helpers (this level's width). ------------------------------------------- */
+typedef int32_t fc_i32v __attribute__((vector_size(FC_VBYTES)));
+typedef uint32_t fc_u32v __attribute__((vector_size(FC_VBYTES)));
+static inline fc_u32v fc_bits_f32(fc_vec_f32 x) { fc_u32v u; memcpy(&u, &x, FC_VBYTES); return u; }
+static inline fc_vec_f32 fc_from_bits_f32(fc_u32v u) { fc_vec_f32 x; memcpy(&x, &u, FC_VBYTES); return x; }
+/* mask ? a : b lane by lane, for masks from vector comparisons (all ones or all zeros) */
+static inline fc_vec_f32 fc_select_f32(fc_i32v mask, fc_vec_f32 a, fc_vec_f32 b) {
+    fc_u32v m = (fc_u32v)mask;
+    return fc_from_bits_f32((fc_bits_f32(a) & m) | (fc_bits_f32(b) & ~m));
+}
+static inline fc_u32v fc_select_u32(fc_i32v mask, fc_u32v a, fc_u32v b) {
+    fc_u32v m = (fc_u32v)mask;
+    return (a & m) | (b & ~m);
+}
 
 /* ---- Half-type storage <-> the float work arrays. ----------------------------------------------
  * Widening is exact; narrowing is exact too because the core rounds every result to T (so a
  * bf16 result's low 16 bits are zero and an f16 result is representable).  NumPy's own float16
- * conversion is a scalar bit-twiddling loop: a third of an f16 paged decode's time. */
+ * conversion is a scalar bit-twiddling loop: a third of an f16 paged decode's time.  f16 uses
+ * F16C where the level has it (avx2 and up); bf16 is a 16-bit shift at every level. */
 static inline void fc_widen_half(const uint16_t* x, float* out, ptrdiff_t n, int is_f16) {
     ptrdiff_t i = 0;
 #if defined(__AVX512F__)
@@ -363,6 +386,24 @@ static inline void fc_widen_half(const uint16_t* x, float* out, ptrdiff_t n, int
         for (; i + 16 <= n; i += 16)
             _mm512_storeu_si512(out + i, _mm512_slli_epi32(
                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(x + i))), 16));
+    }
+#elif defined(__AVX2__) && defined(__F16C__)
+    if (is_f16) {
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i))));
+    } else {
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_si256((__m256i*)(out + i), _mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(x + i))), 16));
+    }
+#elif defined(__SSE2__)
+    if (!is_f16) {  /* interleaving zeros below each bf16 is the shift by 16 */
+        const __m128i zero = _mm_setzero_si128();
+        for (; i + 8 <= n; i += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i*)(x + i));
+            _mm_storeu_si128((__m128i*)(out + i), _mm_unpacklo_epi16(zero, h));
+            _mm_storeu_si128((__m128i*)(out + i + 4), _mm_unpackhi_epi16(zero, h));
+        }
     }
 #endif
     for (; i < n; i++) out[i] = is_f16 ? fc_f16_bits_to_f32(x[i]) : fc_bf16_bits_to_f32(x[i]);
@@ -379,16 +420,40 @@ static inline void fc_narrow_half(const float* x, uint16_t* out, ptrdiff_t n, in
             _mm256_storeu_si256((__m256i*)(out + i),
                                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(x + i)), 16)));
     }
+#elif defined(__AVX2__) && defined(__F16C__)
+    if (is_f16) {
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i*)(out + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+        for (; i + 8 <= n; i += 8) {
+            __m256i h = _mm256_srli_epi32(_mm256_castps_si256(_mm256_loadu_ps(x + i)), 16);
+            _mm_storeu_si128((__m128i*)(out + i),
+                             _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        }
+    }
+#elif defined(__SSE4_1__)
+    if (!is_f16) {  /* the high halves fit 16 bits, so the unsigned saturating pack is exact */
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i*)(out + i), _mm_packus_epi32(
+                _mm_srli_epi32(_mm_castps_si128(_mm_loadu_ps(x + i)), 16),
+                _mm_srli_epi32(_mm_castps_si128(_mm_loadu_ps(x + i + 4)), 16)));
+    }
 #endif
     for (; i < n; i++) out[i] = is_f16 ? fc_f32_to_f16_bits(x[i]) : (uint16_t)(fc_f2u(x[i]) >> 16);
 }
 
 /* ---- K^T packing: out[d * FC_BC + j] = rows[j][d] for j < n, zero for n <= j < FC_BC. ----------
- * Done in 16 x 16 blocks transposed in registers (unpack, shuffle, two 128-bit lane shuffles:
- * 64 shuffles per 256 floats); the element-by-element loop read 16 cache lines per 16 stores
- * and was 70% of the half-type paged decode.  Edges are copied one by one. */
+ * Done in square blocks of one vector's lanes (16, 8 or 4) transposed in registers; the
+ * element-by-element loop read 16 cache lines per 16 stores and was 70% of the half-type paged
+ * decode.  Edges are copied one by one. */
 #if defined(__AVX512F__)
-static inline void fc_transpose16(__m512 r[16]) {
+#define FC_TB 16
+typedef __m512 fc_tvec;
+#define fc_tload _mm512_loadu_ps
+#define fc_tstore _mm512_storeu_ps
+/* unpack, shuffle, two 128-bit lane shuffles: 64 shuffles per 256 floats */
+static inline void fc_transpose_block(__m512 r[16]) {
     __m512 t[16], u[16];
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -409,20 +474,49 @@ static inline void fc_transpose16(__m512 r[16]) {
         r[c + 12] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
     }
 }
+#elif defined(__AVX__)
+#define FC_TB 8
+typedef __m256 fc_tvec;
+#define fc_tload _mm256_loadu_ps
+#define fc_tstore _mm256_storeu_ps
+/* unpack, shuffle, one 128-bit lane permute: 24 shuffles per 64 floats */
+static inline void fc_transpose_block(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; g++) {  /* u[4g + c]: rows 4g..4g+3, column c of each 128-bit lane */
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+#elif defined(__SSE2__)
+#define FC_TB 4
+typedef __m128 fc_tvec;
+#define fc_tload _mm_loadu_ps
+#define fc_tstore _mm_storeu_ps
+static inline void fc_transpose_block(__m128 r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 #endif
 static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, float* out) {
     ptrdiff_t j0 = 0;
-#if defined(__AVX512F__)
-    for (; j0 + 16 <= n; j0 += 16) {
+#ifdef FC_TB
+    for (; j0 + FC_TB <= n; j0 += FC_TB) {
         ptrdiff_t d0 = 0;
-        for (; d0 + 16 <= D; d0 += 16) {
-            __m512 r[16];
-            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(rows[j0 + i] + d0);
-            fc_transpose16(r);
-            for (int k = 0; k < 16; k++) _mm512_storeu_ps(out + (d0 + k) * FC_BC + j0, r[k]);
+        for (; d0 + FC_TB <= D; d0 += FC_TB) {
+            fc_tvec r[FC_TB];
+            for (int i = 0; i < FC_TB; i++) r[i] = fc_tload(rows[j0 + i] + d0);
+            fc_transpose_block(r);
+            for (int k = 0; k < FC_TB; k++) fc_tstore(out + (d0 + k) * FC_BC + j0, r[k]);
         }
         for (; d0 < D; d0++)
-            for (int i = 0; i < 16; i++) out[d0 * FC_BC + j0 + i] = rows[j0 + i][d0];
+            for (int i = 0; i < FC_TB; i++) out[d0 * FC_BC + j0 + i] = rows[j0 + i][d0];
     }
 #endif
     for (ptrdiff_t d = 0; d < D; d++) {
@@ -431,13 +525,15 @@ static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, 
     }
 }
 
-/* ---- f32 flash softmax: exp(scale * s - m) over a tile row and its sum. ------------------------
- * The element-wise part of flash is ~30% of its time at D = 64.  This exp uses AVX-512's own
- * range-reduction and scaling instructions (vrndscaleps, vscalefps: 2^n with overflow to inf and
- * gradual underflow handled in hardware), so it needs no clamps, integer shifts or selects beyond
- * one min/max: 13 vector ops against ~25.  Same Cephes polynomial as fc_expf; <= 2 ulp (tested).
- * The lane partials (lane j % 16) are combined pairwise, not in lane order: flash's sums are
- * already in tiled order ("equal to naive up to f32-associativity drift"). */
+/* ---- f32 softmax: exp(scale * s - m) over a row, with 16 lane partials of its sum. -------------
+ * The element-wise part of flash is ~30% of its time at D = 64.  The partials are always 16 lanes
+ * (lane j % 16, each summed in order of j), as many vectors as this level needs, so the order of
+ * the sums is the same at every level.
+ * With AVX-512 the exp uses its own range-reduction and scaling instructions (vrndscaleps,
+ * vscalefps: 2^n with overflow to inf and gradual underflow handled in hardware), so it needs no
+ * clamps, integer shifts or selects beyond one min/max: 13 vector ops against ~25.  Same Cephes
+ * polynomial as fc_expf; <= 2 ulp (tested).  Other levels run fc_expf's own operations on whole
+ * vectors (fc_expf_v): the same bits as fc_expf, flushing to zero below exp(-86.5). */
 #if defined(__AVX512F__)
 #define FC_HAVE_EXP16 1
 static inline __m512 fc_exp16(__m512 x) {
@@ -457,45 +553,83 @@ static inline __m512 fc_exp16(__m512 x) {
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(y, n);
 }
-/* In place s[j] = exp(scale * s[j] - m) (one rounding: fused multiply-subtract); returns the 16
- * lane partials (lane j % 16, each summed in order of j). */
-static inline fc_vec_f32 fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m) {
+/* In place s[j] = exp(scale * s[j] - m) (one rounding: fused multiply-subtract); lanes[l] gets
+ * the partial sum of lane l. */
+static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
-    __m512 lanes = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16) {
         __m512 e = fc_exp16(_mm512_fmsub_ps(vs, _mm512_loadu_ps(s + j), vm));
         _mm512_storeu_ps(s + j, e);
-        lanes = _mm512_add_ps(lanes, e);
+        acc = _mm512_add_ps(acc, e);
     }
     if (j < n) {
         __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
         __m512 e = fc_exp16(_mm512_fmsub_ps(vs, _mm512_maskz_loadu_ps(k, s + j), vm));
         _mm512_mask_storeu_ps(s + j, k, e);
-        lanes = _mm512_mask_add_ps(lanes, k, lanes, e);
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
-    fc_vec_f32 l;
-    memcpy(&l, &lanes, 64);
-    return l;
+    _mm512_storeu_ps(lanes, acc);
 }
 #else
 #define FC_HAVE_EXP16 0
-static inline fc_vec_f32 fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m) {
-    fc_vec_f32 l = {0};
-    for (ptrdiff_t j = 0; j < n; j++) {
-        s[j] = fc_expf(scale * s[j] - m);
-        l[j % 16] += s[j];
+/* fc_expf (fc_math.h) step by step on whole vectors: the same operations, so the same bits. */
+static inline fc_vec_f32 fc_expf_v(fc_vec_f32 x) {
+    const fc_vec_f32 hi = (fc_vec_f32){0} + 88.7228f, lo = (fc_vec_f32){0} + -86.5f;
+    const fc_vec_f32 zero = {0}, inf = (fc_vec_f32){0} + INFINITY;
+    fc_vec_f32 xc = fc_select_f32(x > hi, hi, x);
+    xc = fc_select_f32(xc < lo, lo, xc);
+    xc = fc_select_f32(x == x, xc, zero);
+    fc_vec_f32 fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    fc_vec_f32 r = xc - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    fc_vec_f32 p = (fc_vec_f32){0} + 1.9875691500E-4f;
+    p = p * r + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    p = p * r * r + r + 1.0f;
+    fc_i32v n = __builtin_convertvector(fn, fc_i32v);
+    fc_vec_f32 scale = fc_from_bits_f32((fc_u32v)((n + 126) << 23));
+    fc_vec_f32 y = (p * scale) * 2.0f;
+    y = fc_select_f32(x < lo, zero, y);
+    y = fc_select_f32(x > hi, inf, y);
+    return fc_select_f32(x == x, y, x);
+}
+static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
+    enum { NV = 16 / FC_W32 };   /* vectors per 16 lanes */
+    fc_vec_f32 acc[NV];
+    for (int v = 0; v < NV; v++) acc[v] = (fc_vec_f32){0};
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        for (int v = 0; v < NV; v++) {
+            fc_vec_f32 e = fc_expf_v(scale * fc_load_f32(s + j + v * FC_W32) - m);
+            fc_store_f32(s + j + v * FC_W32, e);
+            acc[v] += e;
+        }
     }
-    return l;
+    memcpy(lanes, acc, 64);
+    for (int l = 0; j + l < n; l++) {
+        float e = fc_expf(scale * s[j + l] - m);
+        s[j + l] = e;
+        lanes[l] += e;
+    }
 }
 #endif
-/* flash: the partials added pairwise */
+/* flash: the 16 partials added pairwise */
 static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
-    return fc_hsum_f32(fc_exp_lanes_f32(s, n, scale, m));
+    float l[16];
+    fc_exp_lanes_f32(s, n, scale, m, l);
+    for (int h = 8; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++) l[i] = l[i] + l[i + h];
+    return l[0];
 }
 /* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order (sum16) */
 static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
-    fc_vec_f32 l = fc_exp_lanes_f32(s, n, 1.0f, m);
+    float l[16];
+    fc_exp_lanes_f32(s, n, 1.0f, m, l);
     float total = l[0];
     for (int i = 1; i < 16; i++) total += l[i];
     return total;
@@ -503,21 +637,17 @@ static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
 
 /* ---- "math in T" variants for the half types held in float: every product and sum rounded. ----
  * Same loops and order as the generic Cython blocks (sequential over the contraction index per
- * element), so results are bit-identical to them; only the rounding is vectorized.  Rows go in
- * blocks of 8 x 2 vectors because each step is a chain of dependent mul/round/add/round: four
- * chains left the core waiting on latency. */
-typedef unsigned int fc_u32x16 __attribute__((vector_size(64)));
+ * element), so results are bit-identical to them, at every level; only the rounding is
+ * vectorized.  Rows go in blocks of FC_NRB x 2 vectors because each step is a chain of dependent
+ * mul/round/add/round: with 32 registers, four chains left the core waiting on latency. */
 
 /* bf16 by integer arithmetic: exact for every input (subnormals, inf, NaN). */
 static inline fc_vec_f32 fc_rbf16_exact_v(fc_vec_f32 x) {
-    fc_u32x16 u;
-    memcpy(&u, &x, 64);
-    fc_u32x16 nan = (u & 0x7fffffffu) > 0x7f800000u;                 /* all-ones where NaN */
-    fc_u32x16 r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;   /* round to nearest even */
-    fc_u32x16 quiet = (u & 0xffff0000u) | 0x00400000u;              /* NaN stays a quiet NaN */
-    r = (nan & quiet) | (~nan & r);
-    memcpy(&x, &r, 64);
-    return x;
+    fc_u32v u = fc_bits_f32(x);
+    fc_u32v nan = (fc_u32v)((fc_i32v)(u & 0x7fffffffu) > 0x7f800000);  /* all-ones where NaN */
+    fc_u32v r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;          /* round to nearest even */
+    fc_u32v quiet = (u & 0xffff0000u) | 0x00400000u;                     /* NaN stays a quiet NaN */
+    return fc_from_bits_f32((nan & quiet) | (~nan & r));
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
@@ -548,17 +678,32 @@ static inline void fc_rbf16_cvt_v2(fc_vec_f32* x0, fc_vec_f32* x1) {
 #define fc_rbf16_cvt_v fc_rbf16_exact_v
 #endif
 
+/* vcvtps2ph/vcvtph2ps (F16C, avx2 and up): round-to-nearest-even binary16 with subnormals,
+ * overflow and NaN exactly as fc_f32_to_f16_bits; without F16C, fc_round_f16's branch-free
+ * arithmetic on whole vectors.  Both are checked against NumPy bit for bit. */
 #if defined(__AVX512F__) && defined(__F16C__)
-/* vcvtps2ph/vcvtph2ps: round-to-nearest-even binary16 with subnormals, overflow and NaN exactly
- * as fc_f32_to_f16_bits (checked over all 2^32 inputs by tests/test_rounding_exhaustive.py). */
 static inline fc_vec_f32 fc_rf16_v(fc_vec_f32 x) {
     __m256i h = _mm512_cvtps_ph((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return (fc_vec_f32)_mm512_cvtph_ps(h);
 }
-#else
+#elif defined(__AVX__) && defined(__F16C__)
 static inline fc_vec_f32 fc_rf16_v(fc_vec_f32 x) {
-    for (int l = 0; l < 16; l++) x[l] = fc_round_f16(x[l]);
-    return x;
+    __m128i h = _mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return (fc_vec_f32)_mm256_cvtph_ps(h);
+}
+#else
+static inline fc_vec_f32 fc_rf16_v(fc_vec_f32 f) {
+    fc_u32v u = fc_bits_f32(f);
+    fc_i32v a = (fc_i32v)(u & 0x7fffffffu);
+    fc_i32v e = a & 0x7f800000;
+    e = (fc_i32v)fc_select_u32(e < 0x38800000, (fc_u32v){0} + 0x38800000u, (fc_u32v)e);
+    e = (fc_i32v)fc_select_u32(e > 0x47000000, (fc_u32v){0} + 0x47000000u, (fc_u32v)e);
+    fc_vec_f32 c = fc_from_bits_f32((fc_u32v)((e + (13 << 23)) | 0x00400000));
+    fc_u32v sign = u & 0x80000000u;
+    fc_u32v r = fc_bits_f32((f + c) - c) | sign;
+    r = fc_select_u32(a >= 0x477ff000, sign | 0x7f800000u, r);
+    r = fc_select_u32(a > 0x7f800000, (u & 0xffffe000u) | 0x00400000u, r);
+    return fc_from_bits_f32(r);
 }
 #endif
 
@@ -576,21 +721,21 @@ static inline void fc_rf16_v2(fc_vec_f32* x0, fc_vec_f32* x1) FC_PAIR_OF(fc_rf16
  * accumulator a multiple of 2^-126 (field >= 8), then every product, sum and rounding in the chain
  * is a multiple of 2^-126, so it is either zero or normal. */
 static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
-    fc_u32x16 m = {0};
+    fc_u32v m = {0};
     m = m + 255u;
     ptrdiff_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        fc_u32x16 u;
-        memcpy(&u, p + i, 64);
+    for (; i + FC_W32 <= n; i += FC_W32) {
+        fc_u32v u;
+        memcpy(&u, p + i, FC_VBYTES);
         u &= 0x7fffffffu;
-        fc_u32x16 e = u >> 23;
-        e += (fc_u32x16)(e == 0u) & 1u;          /* subnormals: field 1 */
-        e |= (fc_u32x16)(u == 0u);               /* zeros: all ones, never the minimum */
-        fc_u32x16 lt = (fc_u32x16)(e < m);
+        fc_u32v e = u >> 23;
+        e += (fc_u32v)(e == 0u) & 1u;          /* subnormals: field 1 */
+        e |= (fc_u32v)(u == 0u);               /* zeros: all ones, never the minimum */
+        fc_u32v lt = (fc_u32v)(e < m);
         m = (e & lt) | (m & ~lt);
     }
     unsigned r = 255u;
-    for (int l = 0; l < 16; l++) r = m[l] < r ? m[l] : r;
+    for (int l = 0; l < FC_W32; l++) r = m[l] < r ? m[l] : r;
     for (; i < n; i++) {
         uint32_t u = fc_f2u(p[i]) & 0x7fffffffu;
         unsigned e = u >> 23;
@@ -606,7 +751,7 @@ static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
         fc_vec_f32 a[NRB][2] = {{{0}}};                                                           \
         const float* kp = Kt + j0;                                                               \
         for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
-            fc_vec_f32 k0 = fc_load_f32(kp), k1 = fc_load_f32(kp + 16);                          \
+            fc_vec_f32 k0 = fc_load_f32(kp), k1 = fc_load_f32(kp + FC_W32);                      \
             for (int r = 0; r < NRB; r++) {                                                      \
                 fc_vec_f32 p0 = q[r][d] * k0, p1 = q[r][d] * k1;                                 \
                 RV2(&p0, &p1);                                                                   \
@@ -616,7 +761,7 @@ static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
         }                                                                                        \
         for (int r = 0; r < NRB; r++) {                                                          \
             fc_store_f32(S + (i + r) * lds + j0, a[r][0]);                                       \
-            fc_store_f32(S + (i + r) * lds + j0 + 16, a[r][1]);                                  \
+            fc_store_f32(S + (i + r) * lds + j0 + FC_W32, a[r][1]);                              \
         }                                                                                        \
     }
 
@@ -627,10 +772,10 @@ static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
         for (int r = 0; r < NRB; r++) {                                                          \
             p[r] = P + (i + r) * ldp;                                                            \
             a[r][0] = fc_load_f32(O + (i + r) * ldo + d0);                                       \
-            a[r][1] = fc_load_f32(O + (i + r) * ldo + d0 + 16);                                  \
+            a[r][1] = fc_load_f32(O + (i + r) * ldo + d0 + FC_W32);                              \
         }                                                                                        \
         for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
-            fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0), v1 = fc_load_f32(vrows[j] + d0 + 16);    \
+            fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0), v1 = fc_load_f32(vrows[j] + d0 + FC_W32); \
             for (int r = 0; r < NRB; r++) {                                                      \
                 fc_vec_f32 m0 = p[r][j] * v0, m1 = p[r][j] * v1;                                 \
                 RV2(&m0, &m1);                                                                   \
@@ -640,28 +785,28 @@ static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
         }                                                                                        \
         for (int r = 0; r < NRB; r++) {                                                          \
             fc_store_f32(O + (i + r) * ldo + d0, a[r][0]);                                       \
-            fc_store_f32(O + (i + r) * ldo + d0 + 16, a[r][1]);                                  \
+            fc_store_f32(O + (i + r) * ldo + d0 + FC_W32, a[r][1]);                              \
         }                                                                                        \
     }
 
 #define FC_DEFINE_ROUNDED(SUF, RV2, RS)                                                           \
 static inline void fc_qk_##SUF(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,   \
                                float* S, ptrdiff_t lds, ptrdiff_t ncols) {                       \
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 32) {                                               \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * FC_W32) {                                       \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + 8 <= nrows4; i += 8) FC_RQK_BLOCK(RV2, 8)                                      \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_RQK_BLOCK(RV2, FC_NRB)                       \
         for (; i < nrows4; i += 4) FC_RQK_BLOCK(RV2, 4)                                           \
     }                                                                                            \
 }                                                                                                \
 static inline void fc_pv_##SUF(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, \
                                float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {      \
     ptrdiff_t d0 = 0;                                                                            \
-    for (; d0 + 32 <= D; d0 += 32) {                                                             \
+    for (; d0 + 2 * FC_W32 <= D; d0 += 2 * FC_W32) {                                             \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + 8 <= nrows4; i += 8) FC_RPV_BLOCK(RV2, 8)                                      \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_RPV_BLOCK(RV2, FC_NRB)                       \
         for (; i < nrows4; i += 4) FC_RPV_BLOCK(RV2, 4)                                           \
     }                                                                                            \
-    for (; d0 < D; d0++) {  /* D % 32 tail: one lane at a time, same order */                  \
+    for (; d0 < D; d0++) {  /* D % (2 W) tail: one lane at a time, same order */               \
         for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
             const float* pr = P + i * ldp;                                                       \
             float a = O[i * ldo + d0];                                                           \
@@ -678,11 +823,11 @@ FC_DEFINE_ROUNDED(f16, fc_rf16_v2, fc_round_f16)
 /* Testing hook: apply one of the vector roundings (0: bf16 integer, 1: bf16 instruction,
  * 2: f16) to n floats, 16 at a time. */
 static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, int which) {
-    for (ptrdiff_t i = 0; i < n; i += 32) {  /* 3: the pair form used by the bf16 GEMMs */
-        float buf[32] = {0};
-        ptrdiff_t m = n - i < 32 ? n - i : 32;
+    for (ptrdiff_t i = 0; i < n; i += 2 * FC_W32) {  /* 3: the pair form used by the bf16 GEMMs */
+        float buf[2 * FC_W32] = {0};
+        ptrdiff_t m = n - i < 2 * FC_W32 ? n - i : 2 * FC_W32;
         memcpy(buf, x + i, (size_t)m * 4);
-        fc_vec_f32 v0 = fc_load_f32(buf), v1 = fc_load_f32(buf + 16);
+        fc_vec_f32 v0 = fc_load_f32(buf), v1 = fc_load_f32(buf + FC_W32);
         if (which == 3) {
             fc_rbf16_cvt_v2(&v0, &v1);
         } else {
@@ -690,7 +835,7 @@ static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, i
             v1 = which == 0 ? fc_rbf16_exact_v(v1) : which == 1 ? fc_rbf16_cvt_v(v1) : fc_rf16_v(v1);
         }
         fc_store_f32(buf, v0);
-        fc_store_f32(buf + 16, v1);
+        fc_store_f32(buf + FC_W32, v1);
         memcpy(out + i, buf, (size_t)m * 4);
     }
 }
