@@ -259,7 +259,12 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
         shutil.copytree(ROOT / name, proj / name, ignore=ignore)
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, proj / name)
-    env = {**os.environ, "FUEL_CY_SANITIZE": "1", "FUEL_CY_OPT": "-O1"}
+    # each vector width's code: SSE (default), AVX2 and the widest this CPU runs
+    import fuel_cy.cpu
+
+    levels = list(dict.fromkeys(lv for lv in ("default", "avx2", fuel_cy.cpu.supported_levels()[-1])
+                                if lv in fuel_cy.cpu.supported_levels()))
+    env = {**os.environ, "FUEL_CY_SANITIZE": "1", "FUEL_CY_OPT": "-O1", "FUEL_CY_CPU_LEVELS": ",".join(levels)}
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=proj, capture_output=True,
                            text=True, env=env, timeout=900)
     assert build.returncode == 0, build.stderr[-3000:]
@@ -269,15 +274,17 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
     run_env = {**os.environ, "PYTHONPATH": f"{proj}{os.pathsep}{tests}", "LD_PRELOAD": runtime,
                "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
                "FUEL_CY_FUZZ_EXAMPLES": "40"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                        str(tests / "test_kernels_forward.py"), str(tests / "test_paged_and_backward.py"),
-                        str(tests / "test_half_precision.py"), str(tests / "test_validators.py"),
-                        str(tests / "test_robustness.py") + "::test_fuzz_valid_forward_matches_reference",
-                        str(tests / "test_robustness.py") + "::test_fuzz_near_valid_is_input_error"],
-                       cwd=proj, capture_output=True, text=True, env=run_env, timeout=1800)
-    out = r.stdout + r.stderr
-    assert "ERROR: AddressSanitizer" not in out and "runtime error:" not in out, out[-4000:]
-    assert r.returncode == 0, out[-4000:]
+    for level in levels:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                            str(tests / "test_kernels_forward.py"), str(tests / "test_paged_and_backward.py"),
+                            str(tests / "test_half_precision.py"), str(tests / "test_validators.py"),
+                            str(tests / "test_robustness.py") + "::test_fuzz_valid_forward_matches_reference",
+                            str(tests / "test_robustness.py") + "::test_fuzz_near_valid_is_input_error"],
+                           cwd=proj, capture_output=True, text=True, env={**run_env, "FUEL_CY_CPU_CAPABILITY": level},
+                           timeout=1800)
+        out = r.stdout + r.stderr
+        assert "ERROR: AddressSanitizer" not in out and "runtime error:" not in out, (level, out[-4000:])
+        assert r.returncode == 0, (level, out[-4000:])
     # the run above imported the sanitized copy (cwd and PYTHONPATH point at it), not this checkout
     probe = subprocess.run([sys.executable, "-c", "import fuel_cy; print(fuel_cy.__file__, fuel_cy.build_info()['sanitize'])"],
                            cwd=proj, capture_output=True, text=True, env=run_env)
