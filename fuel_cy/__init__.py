@@ -17,14 +17,18 @@ _REBUILD = ("fuel_cy's compiled extension is missing or was built from other sou
             "with `pip install -e .` (or `fuel-cy build`) from the project checkout")
 
 try:
-    from ._generated import _kernels as _ext  # noqa: F401  (the import is the check)
+    from ._generated import _kernels as _ext  # noqa: F401  (the import is the check; it picks the CPU level)
     from ._generated import _tables
-except ImportError as _exc:
+except (ImportError, CpuCapabilityError) as _exc:
     # Keep the pure-Python layers (contract, codegen, cli) importable so `fuel-cy build` can
-    # repair the install; everything compiled raises with the rebuild command instead.
-    _BUILD_ERROR: "ImportError | None" = _exc
+    # repair the install and the CLI can say what is wrong; everything compiled raises instead:
+    # with the rebuild command, or with the CPU-level error (no level this CPU can run, or
+    # FUEL_CY_CPU_CAPABILITY naming one it cannot).
+    _BUILD_ERROR: "ImportError | CpuCapabilityError | None" = _exc
 
     def __getattr__(name: str):  # noqa: D401
+        if isinstance(_BUILD_ERROR, CpuCapabilityError):
+            raise CpuCapabilityError(str(_BUILD_ERROR))
         raise ImportError(f"{_REBUILD} (while importing fuel_cy.{name}: {_BUILD_ERROR})")
 else:
     _BUILD_ERROR = None

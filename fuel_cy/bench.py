@@ -31,18 +31,15 @@ def _torch():
 
 
 def machine_info() -> dict[str, Any]:
+    """The CPU, threads and the CPU level (with its compiler flags) that ran the measurements."""
     import fuel_cy
+    import fuel_cy.cpu
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": fuel_cy.get_num_threads(),
-            "flags": fuel_cy.build_info()["compile_args"], "python": platform.python_version()}
+    info = fuel_cy.build_info()
+    level = info["cpu_capability"]
+    return {"cpu": fuel_cy.cpu.cpu_name(), "cores": os.cpu_count(), "threads": fuel_cy.get_num_threads(),
+            "cpu_capability": level, "flags": info["levels"][level]["compile_args"],
+            "python": platform.python_version()}
 
 
 def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1) -> list[float]:

@@ -312,16 +312,44 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
     import fuel_cy
 
-    info = fuel_cy.build_info()
-    print(f"fuel_cy {fuel_cy.__version__}: {fuel_cy.get_num_threads()} thread(s), flags {' '.join(info['compile_args'])}")
+    print(_level_line())
     ok = demo(progress=_status, json_out=ns.json)
     _done_status()
     return OK if ok else PROBLEMS
 
 
+def _level_line() -> str:
+    """What runs here: version, threads, the CPU level in use and its flags, the compiled levels."""
+    import fuel_cy
+
+    info = fuel_cy.build_info()
+    level = info["cpu_capability"]
+    return (f"fuel_cy {fuel_cy.__version__}: {fuel_cy.get_num_threads()} thread(s) on {info['cpu']}; "
+            f"CPU level {level} ({' '.join(info['levels'][level]['compile_args'])}); "
+            f"compiled levels: {', '.join(info['cpu_capabilities'])}; "
+            f"this CPU runs: {', '.join(info['supported_capabilities'])}")
+
+
 def cmd_bench(ns: argparse.Namespace) -> int:
+    import os
+
+    from . import bench_levels
+    from .cpu_levels import ENV_CAPABILITY
+
+    if ns.level_json:  # the child process of --cpu-capability all: one level, as JSON
+        Path(ns.level_json).write_text(json.dumps(bench_levels.measure_this_level(progress=_status)))
+        _done_status()
+        return OK
+    level = ns.cpu_capability
+    if level == "all":
+        return bench_levels.main(json_out=ns.json, progress=_status)
+    if level and os.environ.get(ENV_CAPABILITY) != level:
+        argv = ["bench", *(["--quick"] if ns.quick else []), *(["--json", ns.json] if ns.json else []),
+                *(["--plot", ns.plot] if ns.plot else []), "--cpu-capability", level]
+        return bench_levels.rerun_at_level(level, argv)
     from .bench import main as bench_main
 
+    print(_level_line())
     return bench_main(quick=ns.quick, json_out=ns.json, plot=ns.plot, progress=_status)
 
 
@@ -379,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quick", action="store_true", help="a small grid (about a minute)")
     sp.add_argument("--json", metavar="OUT", help="write results as JSON")
     sp.add_argument("--plot", metavar="OUT.png", help="write a plot (needs matplotlib)")
+    sp.add_argument("--cpu-capability", metavar="LEVEL",
+                    help="run ours and torch at this CPU level (default, avx2, avx512, ...); 'all': the target "
+                         "shapes at every level this CPU runs, with the per-level targets")
+    sp.add_argument("--_level-json", dest="level_json", help=argparse.SUPPRESS)
     sp = add("calibrate", cmd_calibrate, "fit the cost-model judge (time vs flops and bytes) per kernel and dtype")
     sp.add_argument("--quick", action="store_true")
     return p
@@ -406,9 +438,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"fuel-cy {ns.command}: error: {exc}", file=sys.stderr)
         return USAGE
     except Exception as exc:  # InputError and friends: bad input, clearly reported
-        from .errors import InputError
+        from .errors import CpuCapabilityError, InputError
 
-        if isinstance(exc, InputError):
+        if isinstance(exc, (InputError, CpuCapabilityError)):
             print(f"fuel-cy {ns.command}: error: {exc}", file=sys.stderr)
             return USAGE
         raise
