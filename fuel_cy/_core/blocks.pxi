@@ -78,6 +78,11 @@ cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t m, x
+    if FC_ROWRED_IN_C:  # the same lanes on this level's vectors (fc_simd.h)
+        if real_t is float:
+            return fc_row_max_f32(s, n)
+        else:
+            return fc_row_max_f64(s, n)
     for l in range(NL):
         lanes[l] = -INFINITY
     while j0 + NL <= n:
@@ -145,6 +150,11 @@ cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t total
+    if rnd_t is RoundNone and FC_ROWRED_IN_C:  # the same lanes on this level's vectors (fc_simd.h)
+        if real_t is float:
+            return fc_dot16_f32(a, b, n)
+        else:
+            return fc_dot16_f64(a, b, n)
     for l in range(NL):
         lanes[l] = 0
     while j0 + NL <= n:
@@ -292,6 +302,20 @@ cdef inline void pv_accum(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows
                 O[(i + 1) * ldo + d0 + l] = acc1[l]
                 O[(i + 2) * ldo + d0 + l] = acc2[l]
                 O[(i + 3) * ldo + d0 + l] = acc3[l]
+
+
+cdef inline void pv_accum_contig(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols,
+                                 real_t* V, Py_ssize_t ldv, real_t** vrows, Py_ssize_t D, real_t* O,
+                                 Py_ssize_t ldo) noexcept nogil:
+    """pv_accum for V rows ldv apart starting at V (vrows[j] == V + j * ldv): the same sums; the
+    un-rounded policies read the rows by stride where the level measured that faster."""
+    if rnd_t is RoundNone:
+        if real_t is float:
+            fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo)
+        else:
+            fc_pv_contig_f64(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo)
+        return
+    pv_accum(tag, P, ldp, nrows4, ncols, vrows, D, O, ldo)
 
 
 cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:

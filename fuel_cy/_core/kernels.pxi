@@ -133,7 +133,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             zero(S + r * BC, nc)
         for jj in range(nc):
             rows[jj] = vbase + (j0 + jj) * D
-        pv_accum(tag, S, BC, nr4, nc, rows, D, O, D)
+        pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
     for r in range(nr):
         orow = out + ((b * sh.Hq + h) * Sq + i0 + r) * D
         li = l[r]
@@ -202,7 +202,7 @@ cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 nc = BC
             for jj in range(nc):
                 rows[jj] = vbase + (j0 + jj) * D
-            pv_accum(tag, S + (j0 - kofs), Skp, nr4, nc, rows, D, O, D)
+            pv_accum_contig(tag, S + (j0 - kofs), Skp, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
     for r in range(nr):
         for d in range(D):
             out[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = O[r * D + d]
@@ -460,7 +460,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     nc = BC
                 for j in range(nc):
                     rows[j] = kbase + (j0 + j) * D
-                pv_accum(tag, dP + (j0 - kofs), Skp, nr4, nc, rows, D, dQa, D)
+                pv_accum_contig(tag, dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
             for r in range(nr):
                 for d in range(D):
                     dq[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = R(tag, scale * dQa[r * D + d])

@@ -67,6 +67,11 @@ cdef extern from "fc_simd.h" nogil:
     float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
+    bint FC_ROWRED_IN_C
+    float fc_row_max_f32(const float* s, Py_ssize_t n)
+    double fc_row_max_f64(const double* s, Py_ssize_t n)
+    float fc_dot16_f32(const float* a, const float* b, Py_ssize_t n)
+    double fc_dot16_f64(const double* a, const double* b, Py_ssize_t n)
     bint FC_HAVE_BF16_CVT
     bint FC_HAVE_EXP16
     void fc_qk_f16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
@@ -75,6 +80,10 @@ cdef extern from "fc_simd.h" nogil:
                    Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
                    Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_contig_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
+                          Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_contig_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const double* V,
+                          Py_ssize_t ldv, double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
     void fc_pv_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, double** vrows,
                    Py_ssize_t D, double* O, Py_ssize_t ldo)
 
