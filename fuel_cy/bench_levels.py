@@ -1,8 +1,8 @@
 """Benchmarks per CPU level: ours forced to a level against PyTorch forced to the same one.
 
-Both libraries pick their instruction set once per process (FUEL_CY_CPU_CAPABILITY for ours,
-ATEN_CPU_CAPABILITY with MKL_ENABLE_INSTRUCTIONS for torch), so each level runs in a child process
-with both set alike; inside it, ours and torch are interleaved as in `fuel_cy.bench`.
+Both libraries pick their instruction set once per process (FUEL_CY_CPU_CAPABILITY for ours;
+ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and MKL_CBWR for torch), so each level runs in a child
+process with both set alike; inside it, ours and torch are interleaved as in `fuel_cy.bench`.
 `fuel-cy bench --cpu-capability all` measures the target shapes at every level this CPU runs and
 judges the targets; `--cpu-capability LEVEL` runs the ordinary benchmark at one level.
 """
@@ -22,20 +22,22 @@ import numpy as np
 
 from .cpu_levels import ENV_CAPABILITY
 
-# our level -> (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS) of the same instruction set
-TORCH_LEVELS: dict[str, tuple[str, str]] = {
-    "default": ("default", "SSE4_2"), "avx2": ("avx2", "AVX2"),
-    "avx512": ("avx512", "AVX512"), "avx512_bf16": ("avx512", "AVX512"),
+# our level -> torch's environment for the same instruction set.  MKL_ENABLE_INSTRUCTIONS alone is
+# not enough: on AMD CPUs MKL ignores it (torch.mm on one Zen 4 core ran 94 GFLOP/s under SSE4_2,
+# above the ~57 GFLOP/s that SSE mul + add can reach there), so MKL_CBWR pins MKL's code path as
+# well; COMPATIBLE is its SSE2 path (39 GFLOP/s on that core), the closest to SSE4.2 it offers.
+TORCH_LEVELS: dict[str, dict[str, str]] = {
+    "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "MKL_CBWR": "COMPATIBLE"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "MKL_CBWR": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512", "MKL_CBWR": "AVX512"},
+    "avx512_bf16": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512", "MKL_CBWR": "AVX512"},
 }
 RESULTS_DIR = Path("benchmarks") / "results" / "levels"
 
 
 def level_env(level: str) -> dict[str, str]:
     """Environment that runs ours and torch at `level` (torch at its best for `native`)."""
-    env = {ENV_CAPABILITY: level}
-    if level in TORCH_LEVELS:
-        env["ATEN_CPU_CAPABILITY"], env["MKL_ENABLE_INSTRUCTIONS"] = TORCH_LEVELS[level]
-    return env
+    return {ENV_CAPABILITY: level, **TORCH_LEVELS.get(level, {})}
 
 
 def rerun_at_level(level: str, argv: list[str]) -> int:
@@ -96,7 +98,9 @@ def measure_this_level(progress: Callable[[str], None] = lambda s: None) -> dict
     level = info["cpu_capability"]
     return {"level": level, "compile_args": info["levels"][level]["compile_args"],
             "torch_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS"), "rows": rows}
+            "torch_env": {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+                          if k in os.environ},
+            "rows": rows}
 
 
 def run_levels(levels: Optional[list[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
