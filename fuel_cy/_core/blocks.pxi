@@ -127,6 +127,8 @@ cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t sca
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t total, e
+    if rnd_t is RoundNone and real_t is double and FC_ROWRED_IN_C:  # on this level's vectors
+        return fc_exp_scaled_sum16_f64(s, n, scale, m)
     for l in range(NL):
         lanes[l] = 0
     while j0 + NL <= n:
@@ -327,8 +329,10 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         for j in range(n):
             s[j] = 0
         return
-    if rnd_t is RoundNone and real_t is float:  # the same order, AVX-512 exp (fc_simd.h)
+    if rnd_t is RoundNone and real_t is float:  # the same order, the level's vector exp (fc_simd.h)
         total = fc_exp_shift_sum16_f32(s, n, m)
+    elif rnd_t is RoundNone and real_t is double and FC_ROWRED_IN_C:
+        total = fc_exp_scaled_sum16_f64(s, n, 1, m)
     else:
         for j in range(n):
             s[j] = EXP(tag, R(tag, s[j] - m))

@@ -471,12 +471,17 @@ static inline fc_u32v fc_bits_f32(fc_vec_f32 x) { fc_u32v u; memcpy(&u, &x, FC_V
 static inline fc_vec_f32 fc_from_bits_f32(fc_u32v u) { fc_vec_f32 x; memcpy(&x, &u, FC_VBYTES); return x; }
 /* mask ? a : b lane by lane, for masks from vector comparisons (all ones or all zeros) */
 static inline fc_vec_f32 fc_select_f32(fc_i32v mask, fc_vec_f32 a, fc_vec_f32 b) {
+#if FC_VBYTES == 32 && defined(__AVX__)   /* one vblendvps instead of and/andnot/or */
+    return (fc_vec_f32)_mm256_blendv_ps((__m256)b, (__m256)a, (__m256)mask);
+#elif FC_VBYTES == 16 && defined(__SSE4_1__)
+    return (fc_vec_f32)_mm_blendv_ps((__m128)b, (__m128)a, (__m128)mask);
+#else
     fc_u32v m = (fc_u32v)mask;
     return fc_from_bits_f32((fc_bits_f32(a) & m) | (fc_bits_f32(b) & ~m));
+#endif
 }
 static inline fc_u32v fc_select_u32(fc_i32v mask, fc_u32v a, fc_u32v b) {
-    fc_u32v m = (fc_u32v)mask;
-    return (a & m) | (b & ~m);
+    return fc_bits_f32(fc_select_f32(mask, fc_from_bits_f32(a), fc_from_bits_f32(b)));
 }
 
 /* ---- Half-type storage <-> the float work arrays. ----------------------------------------------
@@ -741,6 +746,84 @@ static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m,
     }
 }
 #endif
+/* ---- f64 softmax exp for the levels without AVX-512 (gcc vectorizes blocks.pxi's 16-lane f64
+ * loops only into zmm registers).  fc_exp_f64's operations on whole vectors, so the same bits:
+ * the clamps as vminpd/vmaxpd (NaN passes and is restored at the end), n from the magic-number
+ * sum's bits instead of a double-to-int64 conversion that AVX2 lacks, the special cases as blends. */
+#if FC_ROWRED_IN_C
+typedef int64_t fc_i64v __attribute__((vector_size(FC_VBYTES)));
+typedef uint64_t fc_u64v __attribute__((vector_size(FC_VBYTES)));
+static inline fc_u64v fc_bits_f64(fc_vec_f64 x) { fc_u64v u; memcpy(&u, &x, FC_VBYTES); return u; }
+static inline fc_vec_f64 fc_from_bits_f64(fc_u64v u) { fc_vec_f64 x; memcpy(&x, &u, FC_VBYTES); return x; }
+static inline fc_vec_f64 fc_select_f64(fc_i64v mask, fc_vec_f64 a, fc_vec_f64 b) {
+#if FC_VBYTES == 32 && defined(__AVX__)
+    return (fc_vec_f64)_mm256_blendv_pd((__m256d)b, (__m256d)a, (__m256d)mask);
+#elif FC_VBYTES == 16 && defined(__SSE4_1__)
+    return (fc_vec_f64)_mm_blendv_pd((__m128d)b, (__m128d)a, (__m128d)mask);
+#else
+    fc_u64v m = (fc_u64v)mask;
+    return fc_from_bits_f64((fc_bits_f64(a) & m) | (fc_bits_f64(b) & ~m));
+#endif
+}
+static inline fc_vec_f64 fc_exp_f64_v(fc_vec_f64 x) {
+    const fc_vec_f64 zero = {0};
+    fc_vec_f64 xc = fc_select_f64(x > 709.7, zero + 709.7, x);
+    xc = fc_select_f64(xc < -708.0, zero - 708.0, xc);
+    xc = fc_select_f64(x == x, xc, zero);
+    fc_vec_f64 t = xc * 1.4426950408889634 + 6755399441055744.0;   /* 1.5 * 2^52 + n */
+    fc_vec_f64 fn = t - 6755399441055744.0;
+    fc_vec_f64 r = xc - fn * 6.93147180369123816490e-01;
+    r = r - fn * 1.90821492927058770002e-10;
+    fc_vec_f64 p = zero + 1.0 / 6227020800.0;
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    fc_u64v bits = (fc_bits_f64(t) - 0x4338000000000000ull + 1022u) << 52;   /* 2^(n-1) */
+    fc_vec_f64 y = (p * fc_from_bits_f64(bits)) * 2.0;
+    y = fc_select_f64(x < -708.0, zero, y);
+    y = fc_select_f64(x > 709.782712893384, zero + (double)INFINITY, y);
+    return fc_select_f64(x == x, y, x);
+}
+/* In place s[j] = exp(scale * s[j] - m); their sum over 16 lane partials added in lane order
+ * (blocks.pxi's exp_scaled_sum and sum16). */
+static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scale, double m) {
+    enum { NV = 16 / FC_W64 };
+    fc_vec_f64 acc[NV];
+    for (int v = 0; v < NV; v++) acc[v] = (fc_vec_f64){0};
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int v = 0; v < NV; v++) {
+            fc_vec_f64 e = fc_exp_f64_v(scale * fc_load_f64(s + j + v * FC_W64) - m);
+            fc_store_f64(s + j + v * FC_W64, e);
+            acc[v] += e;
+        }
+    double l[16];
+    memcpy(l, acc, sizeof l);
+    for (int k = 0; j + k < n; k++) {
+        double e = fc_exp_f64(scale * s[j + k] - m);
+        s[j + k] = e;
+        l[k] += e;
+    }
+    double total = l[0];
+    for (int k = 1; k < 16; k++) total += l[k];
+    return total;
+}
+#else  /* not called: the Cython loops serve this level */
+static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scale, double m) {
+    (void)s; (void)n; (void)scale; (void)m; return 0;
+}
+#endif
+
 /* flash: the 16 partials added pairwise */
 static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
     float l[16];
@@ -767,10 +850,10 @@ static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
 /* bf16 by integer arithmetic: exact for every input (subnormals, inf, NaN). */
 static inline fc_vec_f32 fc_rbf16_exact_v(fc_vec_f32 x) {
     fc_u32v u = fc_bits_f32(x);
-    fc_u32v nan = (fc_u32v)((fc_i32v)(u & 0x7fffffffu) > 0x7f800000);  /* all-ones where NaN */
+    fc_i32v nan = (fc_i32v)(u & 0x7fffffffu) > 0x7f800000;               /* all-ones where NaN */
     fc_u32v r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;          /* round to nearest even */
     fc_u32v quiet = (u & 0xffff0000u) | 0x00400000u;                     /* NaN stays a quiet NaN */
-    return fc_from_bits_f32((nan & quiet) | (~nan & r));
+    return fc_from_bits_f32(fc_select_u32(nan, quiet, r));
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)

@@ -116,8 +116,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             alpha = EXP(tag, R(tag, m[r] - mn))
             if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_simd.h)
                 li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
-            elif plain:
-                li = exp_scaled_sum(tag, srow, nrow, scale, mn)
+            elif plain or (rnd_t is RoundNone and FC_ROWRED_IN_C):  # scale 1 is exact
+                li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
             else:
                 for jj in range(nc):
                     srow[jj] = EXP(tag, R(tag, srow[jj] - mn))

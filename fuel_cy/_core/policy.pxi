@@ -68,6 +68,7 @@ cdef extern from "fc_simd.h" nogil:
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
     bint FC_ROWRED_IN_C
+    double fc_exp_scaled_sum16_f64(double* s, Py_ssize_t n, double scale, double m)
     float fc_row_max_f32(const float* s, Py_ssize_t n)
     double fc_row_max_f64(const double* s, Py_ssize_t n)
     float fc_dot16_f32(const float* a, const float* b, Py_ssize_t n)
