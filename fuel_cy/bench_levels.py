@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -164,13 +163,6 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
             rows.append([lv["level"], str(lv["torch_capability"]).lower(), r["kernel"], r["shape"], f"{r['ms']:.2f}",
                          f"{r['peer_ms']:.2f}", f"{r['ratio']:.2f}x", f"{r['gflops']:.1f}"])
     return rows
-
-
-def results_path(root: Path, cpu: str) -> Path:
-    """benchmarks/results/levels/<cpu>.json: one file per CPU model, so no CPU's numbers replace
-    another's."""
-    slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or "unknown-cpu"
-    return root / RESULTS_DIR / f"{slug}.json"
 
 
 def main(json_out: Optional[str] = None, progress: Callable[[str], None] = lambda s: None) -> int:

@@ -10,10 +10,14 @@ CALIBRATION_VERSION = 1
 
 
 def calibration_path() -> Path:
+    """FUEL_CY_CALIBRATION, else one file per CPU level next to the build: a fit measured at one
+    level says nothing about another's speed."""
     env = os.environ.get("FUEL_CY_CALIBRATION")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent / "_generated" / "calibration.json"
+    from .cpu import capability
+
+    return Path(__file__).resolve().parent / "_generated" / f"calibration-{capability()}.json"
 
 
 def load() -> Optional[dict[str, Any]]:

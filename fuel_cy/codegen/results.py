@@ -24,8 +24,9 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def _stamp(data: dict) -> str:
     m = data.get("machine", {})
+    level = f"CPU level `{m['cpu_capability']}`, " if m.get("cpu_capability") else ""
     return (f"Measured on {data.get('date', '?')} — {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
-            f"{m.get('threads', '?')} threads; build flags `{' '.join(m.get('flags', []))}`.")
+            f"{m.get('threads', '?')} threads; {level}build flags `{' '.join(m.get('flags', []))}`.")
 
 
 def performance_page(root: Path) -> str:
@@ -53,6 +54,7 @@ def performance_page(root: Path) -> str:
     notes = root / "benchmarks" / "notes.md"  # hand-written: the profiles behind the gaps
     if notes.exists():
         lines += [notes.read_text().strip(), ""]
+    lines += levels_section(root)
     lines += ["## All measurements", ""]
     extras = [r for r in data["rows"] if r.get("pct_copy") is not None]
     for r in extras:
@@ -68,6 +70,40 @@ def performance_page(root: Path) -> str:
              "—" if r.get("pct_gemm") is None else f"{r['pct_gemm']:.0f}%"] for r in data["rows"]]
     lines.append(_table(["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"], rows))
     return "\n".join(lines) + "\n"
+
+
+def levels_section(root: Path) -> list[str]:
+    """One block per CPU model measured with `fuel-cy bench --cpu-capability all` (its own file,
+    so one machine's numbers never replace another's)."""
+    from ..bench_levels import RESULTS_DIR, level_targets
+
+    files = sorted((root / RESULTS_DIR).glob("*.json"))
+    if not files:
+        return []
+    lines = ["## CPU levels", "",
+             "The same build at each CPU level it contains, against PyTorch forced to the same instruction set "
+             "(`fuel-cy bench --cpu-capability all`; ours and torch in one child process per level, interleaved, "
+             "medians). `ratio` is torch time / our time.", ""]
+    for path in files:
+        data = json.loads(path.read_text())
+        m = data.get("machine", {})
+        lines += [f"### {m.get('cpu', path.stem)}", "",
+                  f"Measured on {data.get('date', '?')} — {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
+                  f"{m.get('threads', '?')} threads, torch {data.get('torch', '?')}.", ""]
+        rows = []
+        for lv in data["levels"]:
+            for r in lv["rows"]:
+                rows.append([f"`{lv['level']}`", r["kernel"], r["shape"], f"{r['ms']:.2f}",
+                             f"{r['peer_ms']:.2f}", f"{r['ratio']:.2f}×"])
+        lines += [_table(["level", "kernel", "shape", "ms", "torch ms", "ratio"], rows), ""]
+        envs = {lv["level"]: " ".join(f"{k}={v}" for k, v in lv.get("torch_env", {}).items()) for lv in data["levels"]}
+        lines += ["Torch ran with " + "; ".join(f"`{k}`: `{v}`" for k, v in envs.items() if v) + ".", ""]
+        lines += [_table(["target", "measured", "met"],
+                         [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]]
+                          for t in level_targets(data)]), ""]
+        flags = {lv["level"]: " ".join(lv.get("compile_args", [])) for lv in data["levels"]}
+        lines += ["Flags per level: " + "; ".join(f"`{k}`: `{v}`" for k, v in flags.items()), ""]
+    return lines
 
 
 def precision_page(root: Path) -> str:
