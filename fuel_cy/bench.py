@@ -326,8 +326,15 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"attention_flash S=32768 D=64 causal: peak RSS {x['rss_peak_mb']:.0f} MB; {x['extra_mb']:.0f} MB beyond "
               f"the {x['inputs_plus_output_mb']:.0f} MB of inputs + output (budget 64 MB)")
     print()
+    print_targets(targets(result))
+
+
+def print_targets(rows: list[dict[str, Any]]) -> None:
+    """A targets table: what was measured against each goal and whether it is met."""
+    from .cli import _format_table
+
     print(_format_table([["target", "measured", "met"]] + [
-        [t["target"], t["measured"], {True: "yes", False: "NO", None: "—"}[t["met"]]] for t in targets(result)]))
+        [t["target"], t["measured"], {True: "yes", False: "NO", None: "—"}[t["met"]]] for t in rows]))
 
 
 def plot(result: dict[str, Any], path: str) -> None:

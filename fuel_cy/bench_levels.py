@@ -166,6 +166,7 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
 
 
 def main(json_out: Optional[str] = None, progress: Callable[[str], None] = lambda s: None) -> int:
+    from .bench import print_targets
     from .cli import _format_table
 
     result = run_levels(progress=progress)
@@ -175,8 +176,7 @@ def main(json_out: Optional[str] = None, progress: Callable[[str], None] = lambd
     print(f"\n{m['cpu']}, {m['threads']} threads; torch {result['torch']}; ratio = torch ms / our ms, "
           f"both at the same instruction set")
     print()
-    print(_format_table([["target", "measured", "met"]] + [
-        [t["target"], t["measured"], {True: "yes", False: "NO", None: "—"}[t["met"]]] for t in level_targets(result)]))
+    print_targets(level_targets(result))
     if json_out:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(json.dumps(result, indent=2))

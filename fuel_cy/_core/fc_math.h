@@ -74,6 +74,27 @@ static inline float fc_round_f16(float f) {
     return fc_u2f(r);
 }
 
+/* Horner steps of fc_exp_f64's degree-13 Taylor polynomial after its leading 1/13!, written once
+ * for scalars and for vectors (fc_simd.h), so both compute the same operations. */
+#define FC_EXP_F64_HORNER(p, r)                                                                  \
+    do {                                                                                         \
+        p = p * r + 1.0 / 479001600.0; p = p * r + 1.0 / 39916800.0;                              \
+        p = p * r + 1.0 / 3628800.0;   p = p * r + 1.0 / 362880.0;                                \
+        p = p * r + 1.0 / 40320.0;     p = p * r + 1.0 / 5040.0;                                  \
+        p = p * r + 1.0 / 720.0;       p = p * r + 1.0 / 120.0;                                   \
+        p = p * r + 1.0 / 24.0;        p = p * r + 1.0 / 6.0;                                     \
+        p = p * r + 0.5;               p = p * r + 1.0;                                           \
+        p = p * r + 1.0;                                                                          \
+    } while (0)
+/* The Cephes polynomial of fc_expf after its leading coefficient (e^r = 1 + r + r^2 P(r)). */
+#define FC_EXPF_CEPHES_P(p, r)                                                                   \
+    do {                                                                                         \
+        p = p * r + 1.3981999507E-3f; p = p * r + 8.3334519073E-3f;                               \
+        p = p * r + 4.1665795894E-2f; p = p * r + 1.6666665459E-1f;                               \
+        p = p * r + 5.0000001201E-1f;                                                             \
+    } while (0)
+#define FC_EXPF_CEPHES_P0 1.9875691500E-4f
+
 /* Vectorizable expf (Cephes polynomial, ~1-2 ulp).  Results below ~exp(-86.5) flush to 0,
  * above 88.72 give +inf, NaN propagates.  No -ffast-math needed: gcc vectorizes the selects. */
 static inline float fc_expf(float x) {
@@ -83,12 +104,8 @@ static inline float fc_expf(float x) {
     float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - fn * 0.693359375f;
     r = r - fn * -2.12194440e-4f;
-    float p = 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
+    float p = FC_EXPF_CEPHES_P0;
+    FC_EXPF_CEPHES_P(p, r);
     p = p * r * r + r + 1.0f;
     int32_t n = (int32_t)fn;
     /* 2^n as 2^(n-1) * 2 so that n = 128 (x close to 88.72) stays representable */
@@ -108,19 +125,7 @@ static inline double fc_exp_f64(double x) {
     double r = xc - fn * 6.93147180369123816490e-01;
     r = r - fn * 1.90821492927058770002e-10;
     double p = 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    FC_EXP_F64_HORNER(p, r);
     int64_t n = (int64_t)fn;
     uint64_t bits = (uint64_t)(n + 1022) << 52;   /* 2^(n-1), times 2 below: n up to 1024 */
     double scale;

@@ -712,12 +712,8 @@ static inline fc_vec_f32 fc_expf_v(fc_vec_f32 x) {
     fc_vec_f32 fn = t - 12582912.0f;
     fc_vec_f32 r = x - fn * 0.693359375f;
     r = r - fn * -2.12194440e-4f;
-    fc_vec_f32 p = zero + 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
+    fc_vec_f32 p = zero + FC_EXPF_CEPHES_P0;
+    FC_EXPF_CEPHES_P(p, r);
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     /* 2^(n-1) from t's bits (n >= -126 by the clamp; n = -126 gives +0), times 2 after the product,
@@ -775,19 +771,7 @@ static inline fc_vec_f64 fc_exp_f64_v(fc_vec_f64 x) {
     fc_vec_f64 r = xc - fn * 6.93147180369123816490e-01;
     r = r - fn * 1.90821492927058770002e-10;
     fc_vec_f64 p = zero + 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    FC_EXP_F64_HORNER(p, r);
     fc_u64v bits = (fc_bits_f64(t) - 0x4338000000000000ull + 1022u) << 52;   /* 2^(n-1) */
     fc_vec_f64 y = (p * fc_from_bits_f64(bits)) * 2.0;
     y = fc_select_f64(x < -708.0, zero, y);
