@@ -19,12 +19,13 @@ _REBUILD = ("fuel_cy's compiled extension is missing or was built from other sou
 try:
     from ._generated import _kernels as _ext  # noqa: F401  (the import is the check; it picks the CPU level)
     from ._generated import _tables
-except (ImportError, CpuCapabilityError) as _exc:
+    from . import registry as _registry  # noqa: F401  (built from the tables: stale ones fail here)
+except (ImportError, CpuCapabilityError, KeyError) as _exc:
     # Keep the pure-Python layers (contract, codegen, cli) importable so `fuel-cy build` can
     # repair the install and the CLI can say what is wrong; everything compiled raises instead:
     # with the rebuild command, or with the CPU-level error (no level this CPU can run, or
     # FUEL_CY_CPU_CAPABILITY naming one it cannot).
-    _BUILD_ERROR: "ImportError | CpuCapabilityError | None" = _exc
+    _BUILD_ERROR: "Exception | None" = _exc
 
     def __getattr__(name: str):  # noqa: D401
         if isinstance(_BUILD_ERROR, CpuCapabilityError):

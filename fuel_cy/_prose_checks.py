@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -32,7 +32,7 @@ def _k_len(kernel: str, arrays: dict, params: dict, where: str) -> None:
 def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
     table: np.ndarray = arrays["block_table"]
     lens: np.ndarray = arrays["context_lens"]
-    num_blocks, block_size = arrays["k_cache"].shape[0], params["block_size"]
+    num_blocks, block_size = arrays["k_cache"].shape[:2]
     capacity = table.shape[1] * block_size
     over = np.nonzero(lens.astype(np.int64) > capacity)[0]
     if over.size:
@@ -51,6 +51,8 @@ def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
                          f"block_table[{b}, {slot}] = {int(table[b, slot])} but num_blocks = {num_blocks}", where)
 
 
+# keyed by the core driver a kernel binds to (codegen/cores.py): a kernel served by a driver
+# obeys that driver's rules, whichever contract declares it
 RULES: dict[str, list[Callable[..., None]]] = {
     "attention_naive": [lambda k, a, p, w: _softcap(k, p, w), _k_len],
     "attention_flash": [lambda k, a, p, w: _softcap(k, p, w), _k_len],
@@ -59,6 +61,6 @@ RULES: dict[str, list[Callable[..., None]]] = {
 }
 
 
-def check(kernel: str, arrays: dict[str, Any], params: dict[str, Any], where: str) -> None:
-    for rule in RULES.get(kernel, []):
+def check(kernel: str, driver: Optional[str], arrays: dict[str, Any], params: dict[str, Any], where: str) -> None:
+    for rule in RULES.get(driver or "", []):
         rule(kernel, arrays, params, where)

@@ -138,6 +138,7 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     rows += _backward_rows(torch, rng, quick, progress)
     paged_rows, copy_rate = _paged_rows(torch, rng, quick, progress)
     rows += paged_rows
+    rows += _mixed_rows(torch, rng, quick, progress)
     rows += _numpy_rows(rng, progress)
     rows += _threads_rows(rng, quick, progress)
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
@@ -237,6 +238,69 @@ def _paged_rows(torch, rng, quick, progress):
             rows += _half_rows("attention_paged_naive", shape, flops, progress, [q, kc, vc, table, lens],
                                fuel_cy.attention_paged_naive)
     return rows, copy_rate
+
+
+def _mixed_rows(torch, rng, quick, progress):
+    """fuel_cy's mixed-precision kernels against torch SDPA in the same dtype (bf16, f16)."""
+    import ml_dtypes
+
+    import fuel_cy
+
+    if torch is None:
+        return []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    rows = []
+    types = (("BF16", ml_dtypes.bfloat16, torch.bfloat16), ("F16", np.float16, torch.float16))
+    grid = [(1024, 64, c) for c in (False, True)] if quick else [(s, d, c) for s in (1024, 4096) for d in (64, 128)
+                                                                   for c in (False, True)]
+    for s, d, causal in grid:
+        shape = f"B=1 H=8 S={s} D={d}" + (" causal" if causal else "")
+        flops = 4 * 8 * s * s * d * (0.5 if causal else 1.0)
+        base = [rng.standard_normal((1, 8, s, d), dtype=np.float32) for _ in range(3)]
+        for code, npdt, tdt in types:
+            q, k, v = (x.astype(npdt) for x in base)
+            tq, tk, tv = (torch.from_numpy(x).to(tdt) for x in base)
+            progress(f"mixed flash {code} {shape}")
+            t_ours, t_peer = interleaved([lambda: fuel_cy.attention_flash_mixed(q, k, v, causal=causal),
+                                          lambda: sdpa(tq, tk, tv, is_causal=causal)], reps=3)
+            rows.append(_row("attention_flash_mixed", code, shape, t_ours * 1e3, flops, f"torch SDPA {code.lower()}",
+                             t_peer * 1e3))
+    s, d = (512, 64) if quick else (1024, 64)
+    shape = f"B=1 H=8 S={s} D={d}"
+    base = [rng.standard_normal((1, 8, s, d), dtype=np.float32) for _ in range(4)]
+    for code, npdt, tdt in types:
+        q, k, v, do = (x.astype(npdt) for x in base)
+        tq, tk, tv = (torch.from_numpy(x).to(tdt).requires_grad_() for x in base[:3])
+        tdo = torch.from_numpy(base[3]).to(tdt)
+        out = sdpa(tq, tk, tv)
+        progress(f"mixed backward {code} {shape}")
+        t_ours, t_peer = interleaved([lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do),
+                                      lambda: torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)], reps=3)
+        rows.append(_row("attention_flash_backward_mixed", code, shape, t_ours * 1e3, 10 * 8 * s * s * d,
+                         f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3))
+    b, hq, hkv, d, bs, ctx = 16, 32, 8, 128, 16, (1024 if quick else 2048)
+    nblk = b * ctx // bs
+    pool = [rng.standard_normal((nblk, bs, hkv, d), dtype=np.float32) for _ in range(2)]
+    table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
+    lens = np.full(b, ctx, np.uint32)
+    q32 = rng.standard_normal((b, hq, 1, d), dtype=np.float32)
+    idx = torch.from_numpy(table.astype(np.int64))
+    shape = f"decode B={b} Hq={hq} Hkv={hkv} D={d} ctx={ctx} block={bs}"
+    copy_rate = copy_gbps()
+    for code, npdt, tdt in types:
+        kc, vc = (x.astype(npdt) for x in pool)
+        q = q32.astype(npdt)
+        tk, tv = ((torch.from_numpy(x)[idx].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d).contiguous().to(tdt))
+                  for x in pool)
+        tq = torch.from_numpy(q32).to(tdt)
+        progress(f"mixed paged {code} {shape}")
+        t_ours, t_peer = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
+                                      lambda: sdpa(tq, tk, tv, enable_gqa=True)], reps=5)
+        kv_bytes = 2 * kc.nbytes
+        rows.append(_row("attention_paged_mixed", code, shape, t_ours * 1e3, 4 * b * hq * ctx * d,
+                         f"torch SDPA {code.lower()} (contiguous K/V)", t_peer * 1e3, kv_gbps=kv_bytes / t_ours / 1e9,
+                         pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+    return rows
 
 
 def _numpy_rows(rng, progress):
@@ -406,13 +470,17 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     dtypes = {"F32": np.float32, "F64": np.float64, "BF16": ml_dtypes.bfloat16, "F16": np.float16}
     sizes = [64, 128, 256, 384, 512, 768] if quick else [64, 128, 256, 384, 512, 768, 1024, 1536]
     fits: dict[str, Any] = {}
-    for name in fuel_cy.registry:
-        for code in (("F32", "F64") if quick else tuple(dtypes)):
+    from .runner import kernel_kind
+
+    for name, entry in fuel_cy.registry.items():
+        kind = kernel_kind(entry.inputs)
+        codes = entry.dtypes if not quick else ([d for d in entry.dtypes if d in ("F32", "F64")] or entry.dtypes[:1])
+        for code in codes:
             samples = []
             for s in sizes:
                 progress(f"calibrate {name} {code} S={s}")
                 dt = dtypes[code]
-                if name == "attention_paged_naive":
+                if kind == "paged":
                     nblk = 4 * s // 16
                     args = [rng.standard_normal((4, 8, 1, 64)).astype(dt), rng.standard_normal((nblk, 16, 2, 64)).astype(dt),
                             rng.standard_normal((nblk, 16, 2, 64)).astype(dt),
@@ -420,7 +488,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                 else:
                     q = rng.standard_normal((1, 4, s, 64)).astype(dt)
                     kv = rng.standard_normal((1, 2, s, 64)).astype(dt)
-                    args = [q, kv, kv] + ([q] if name == "attention_flash_backward" else [])
+                    args = [q, kv, kv] + ([q] if kind == "backward" else [])
                 fn = fuel_cy.registry[name].fn
                 (t,) = interleaved([lambda: fn(*args)], reps=3)
                 c = fuel_cy.cost(name, *args)

@@ -151,10 +151,6 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
 # ---- list / show / cost ------------------------------------------------------------------------
 
-LIST_FIELDS = ("name", "fused_op", "fused_op_id", "dtypes", "exec_arm", "exec_dtypes", "exec_wired",
-               "revision_hash", "entry_point", "implemented")
-
-
 def _registry():
     import fuel_cy
 
@@ -165,19 +161,20 @@ def cmd_list(ns: argparse.Namespace) -> int:
     rows = []
     for e in _registry().values():
         rows.append({
-            "name": e.name, "fused_op": e.fused_op, "fused_op_id": e.fused_op_id,
-            "dtypes": list(e.dtypes), "exec_arm": e.exec_arm, "exec_dtypes": list(e.exec_dtypes),
-            "exec_wired": e.exec_wired, "revision_hash": e.revision_hash,
+            "name": e.name, "contract": Path(e.contract).name, "fused_op": e.fused_op, "fused_op_id": e.fused_op_id,
+            "dtypes": list(e.dtypes), "compute": e.compute, "exec_arm": e.exec_arm,
+            "exec_dtypes": list(e.exec_dtypes), "exec_wired": e.exec_wired, "revision_hash": e.revision_hash,
             "entry_point": e.entry_point, "implemented": e.implemented,
         })
     if ns.json:
         print(json.dumps({"schema": "fuel-cy.list/1", "kernels": rows}, indent=2))
         return OK
-    table = [["kernel", "fused op", "id", "dtypes", "exec wiring", "revision"]]
+    table = [["contract", "kernel", "fused op", "id", "dtypes", "math", "exec wiring", "revision"]]
     for r in rows:
         wiring = (f"exec arm ({'/'.join(r['exec_dtypes'])})" if r["exec_wired"]
                   else f"sibling of {r['exec_arm']}" if r["exec_arm"] else "not exec-wired")
-        table.append([r["name"], r["fused_op"], str(r["fused_op_id"]), ",".join(r["dtypes"]), wiring, r["revision_hash"]])
+        table.append([r["contract"], r["name"], r["fused_op"], str(r["fused_op_id"]), ",".join(r["dtypes"]),
+                      "f32" if r["compute"] == "f32" else "in T", wiring, r["revision_hash"]])
     print(_format_table(table))
     return OK
 
@@ -256,7 +253,11 @@ DTYPE_ALIASES = {"f32": "F32", "float32": "F32", "f64": "F64", "float64": "F64",
                  "bfloat16": "BF16", "f16": "F16", "float16": "F16"}
 
 
-def _dtype_arg(value: str) -> str:
+def _dtype_arg(value: Optional[str], kernel: Optional[str] = None) -> str:
+    """A --dtype value as a contract dtype; none given: F32, or the kernel's first if it takes no F32."""
+    if value is None:
+        entry = _registry().get(kernel or "")
+        return "F32" if entry is None or "F32" in entry.dtypes else entry.dtypes[0]
     code = DTYPE_ALIASES.get(value.lower())
     if code is None:
         raise UsageError(f"unknown dtype {value!r} (use f32, f64, bf16 or f16)")
@@ -274,7 +275,7 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"{ns.kernel} has no input {sorted(unknown)[0]!r} (inputs: {', '.join(entry.inputs)})")
     args = [shapes.get(n) for n in entry.inputs]
-    report = fuel_cy.cost(ns.kernel, *args, dtype=_dtype_arg(ns.dtype))
+    report = fuel_cy.cost(ns.kernel, *args, dtype=_dtype_arg(ns.dtype, ns.kernel))
     data = report.as_dict()
     if ns.json:
         print(json.dumps({"schema": "fuel-cy.cost/1", **data}, indent=2))
@@ -299,7 +300,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
             window = (None if left == "" else int(left), None if right == "" else int(right))
         except ValueError:
             raise UsageError(f"bad --window {ns.window!r}: expected L,R (either may be empty)") from None
-    spec = RunSpec(kernel=ns.kernel, dtype=_dtype_arg(ns.dtype), shapes=_parse_shapes(ns.shape),
+    spec = RunSpec(kernel=ns.kernel, dtype=_dtype_arg(ns.dtype, ns.kernel), shapes=_parse_shapes(ns.shape),
                    causal=ns.causal, window=window, softcap=ns.softcap, alibi=ns.alibi, seed=ns.seed,
                    k_len=ns.k_len)
     result = run_kernel(spec)
@@ -389,12 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("cost", cmd_cost, "flops, bytes and memory from the contract's cost formulas")
     sp.add_argument("kernel")
     sp.add_argument("--shape", action="append", default=[], metavar="INPUT=D0,D1,..")
-    sp.add_argument("--dtype", default="f32")
+    sp.add_argument("--dtype", help="f32, f64, bf16 or f16 (default: f32, or the kernel's first dtype)")
     sp.add_argument("--json", action="store_true", help="machine-readable output (schema fuel-cy.cost/1)")
     sp = add("run", cmd_run, "run a kernel on random inputs and check it against the float64 reference")
     sp.add_argument("kernel")
     sp.add_argument("--shape", action="append", default=[], metavar="INPUT=D0,D1,..")
-    sp.add_argument("--dtype", default="f32")
+    sp.add_argument("--dtype", help="f32, f64, bf16 or f16 (default: f32, or the kernel's first dtype)")
     sp.add_argument("--causal", action="store_true")
     sp.add_argument("--window", metavar="L,R")
     sp.add_argument("--softcap", type=float)

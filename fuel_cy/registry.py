@@ -30,6 +30,7 @@ class KernelEntry:
     awkward_layout_strategy: str
     precision: Mapping[str, Any]
     determinism: str
+    compute: str  # "T": math in the element type; "f32": float32 math, outputs rounded once to T
     blurb: str
     contract: str
     implemented: bool
@@ -53,6 +54,7 @@ def _build() -> Mapping[str, KernelEntry]:
             outputs=tuple(row["outputs"]), bundle=row["bundle"],
             awkward_layout_strategy=row["awkward_layout_strategy"],
             precision=MappingProxyType(dict(row["precision"])), determinism=row["determinism"],
+            compute=row["compute"],
             blurb=row["blurb"], contract=row["contract"], implemented=row["implemented"],
             fn=getattr(_kernels, row["name"]),
         )

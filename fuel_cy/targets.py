@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue #5's targets, each with what this run measured and whether it is met (None: not
+    """The performance targets (issue #5; the mixed-precision rows: issue #14), each with what this
+    run measured and whether it is met (None: not
     measured in this run, e.g. without torch or in --quick)."""
     rows = result["rows"]
 
@@ -36,11 +37,26 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         check("paged decode >= 2x torch SDPA on contiguous K/V", ratios(lambda r: r["peer"] == "torch SDPA (contiguous K/V)"), 2.0),
         check("paged decode >= 15x torch gather + SDPA", ratios(lambda r: r["peer"] == "torch gather + SDPA"), 15.0),
         check("paged decode K+V read >= 60% of the copy rate",
-              [r["pct_copy"] for r in rows if r.get("pct_copy") is not None], 60.0, "{:.0f}%"),
+              [r["pct_copy"] for r in rows if r.get("pct_copy") is not None and r["kernel"] == "attention_paged_naive"],
+              60.0, "{:.0f}%"),
         check("naive f32 within 2x of flash (ratio >= 0.5)", ratios(lambda r: r["kernel"] == "attention_naive"), 0.5),
-        check("bf16 within 4x of f32 (ratio >= 0.25)", ratios(lambda r: r["dtype"] == "BF16"), 0.25),
-        check("f16 within 4x of f32 (ratio >= 0.25)", ratios(lambda r: r["dtype"] == "F16"), 0.25),
+        check("bf16 within 4x of f32 (ratio >= 0.25)",
+              ratios(lambda r: r["dtype"] == "BF16" and str(r["peer"]).startswith("fuel_cy")), 0.25),
+        check("f16 within 4x of f32 (ratio >= 0.25)",
+              ratios(lambda r: r["dtype"] == "F16" and str(r["peer"]).startswith("fuel_cy")), 0.25),
         check("1 -> all threads >= 1.8x at S=4096", [r["ratio"] for r in threads if "S=4096" in r["shape"]], 1.8),
+    ]
+    def mixed(kernel: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: r["kernel"] == kernel and str(r["peer"]).startswith("torch")
+
+    out += [
+        check("mixed flash bf16/f16 >= 1.0x torch SDPA in that dtype", ratios(mixed("attention_flash_mixed")), 1.0),
+        check("mixed paged decode >= 2x torch SDPA in that dtype", ratios(mixed("attention_paged_mixed")), 2.0),
+        check("mixed paged decode K+V read >= 70% of the copy rate",
+              [r["pct_copy"] for r in rows if r["kernel"] == "attention_paged_mixed" and r.get("pct_copy") is not None],
+              70.0, "{:.0f}%"),
+        check("mixed backward >= 1.0x torch autograd backward in that dtype",
+              ratios(mixed("attention_flash_backward_mixed")), 1.0),
     ]
     rss = result.get("flash_32k_rss")
     out.append({"target": "flash S=32768 D=64 peak RSS <= inputs + output + 64 MB",

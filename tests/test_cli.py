@@ -102,13 +102,22 @@ def test_list_json_schema_is_stable():
     r = cli("list", "--json")
     data = json.loads(r.stdout)
     assert data["schema"] == "fuel-cy.list/1"
-    assert [k["name"] for k in data["kernels"]] == ["attention_naive", "attention_flash", "attention_paged_naive",
-                                                    "attention_flash_backward"]
-    assert set(data["kernels"][0]) == {"name", "fused_op", "fused_op_id", "dtypes", "exec_arm", "exec_dtypes",
-                                       "exec_wired", "revision_hash", "entry_point", "implemented"}
-    assert data["kernels"][2]["fused_op_id"] == 13 and data["kernels"][0]["exec_wired"] is True
+    by_contract: dict[str, list[str]] = {}
+    for k in data["kernels"]:
+        by_contract.setdefault(k["contract"], []).append(k["name"])
+    assert by_contract == {
+        "fuel-reference-backend.md": ["attention_naive", "attention_flash", "attention_paged_naive", "attention_flash_backward"],
+        "fuel-cy-mixed.md": ["attention_flash_mixed", "attention_paged_mixed", "attention_flash_backward_mixed"],
+    }
+    assert set(data["kernels"][0]) == {"name", "contract", "fused_op", "fused_op_id", "dtypes", "compute", "exec_arm",
+                                       "exec_dtypes", "exec_wired", "revision_hash", "entry_point", "implemented"}
+    kernels = {k["name"]: k for k in data["kernels"]}
+    assert kernels["attention_paged_naive"]["fused_op_id"] == 13 and kernels["attention_naive"]["exec_wired"] is True
+    assert kernels["attention_flash_mixed"]["fused_op_id"] == 40 and kernels["attention_flash_mixed"]["compute"] == "f32"
+    assert kernels["attention_flash"]["compute"] == "T"
     table = cli("list").stdout
-    assert "exec arm (F32/F64)" in table and "not exec-wired" in table
+    assert "exec arm (F32/F64)" in table and "not exec-wired" in table and "exec arm (BF16/F16)" in table
+    assert "fuel-cy-mixed.md" in table and "fuel-reference-backend.md" in table
 
 
 def test_show(tmp_path):
@@ -152,8 +161,12 @@ def test_run_ok_mismatch_shape_and_errors():
 def test_demo_verifies_every_kernel_and_dtype():
     r = cli("demo")
     assert r.returncode == 0, r.stdout + r.stderr
+    import fuel_cy
+
     rows = [l for l in r.stdout.splitlines() if l.startswith("attention_")]
-    assert len(rows) == 16 and all(l.rstrip().endswith("yes") for l in rows)
+    expected = [(name, d) for name, e in fuel_cy.registry.items() for d in e.dtypes]
+    assert len(expected) == 22 and [tuple(l.split()[:2]) for l in rows] == expected
+    assert all(l.rstrip().endswith("yes") for l in rows)
 
 
 def test_calibrate_fits_and_cost_predicts_time(tmp_path):

@@ -22,8 +22,11 @@ def _value(sym: str, overrides: dict) -> int:
     return overrides.get(sym, SYMBOL_VALUES.get(sym, 3))
 
 
-def _inputs(kernel, dtype="F32", overrides=None):
+def _inputs(kernel, dtype=None, overrides=None):
+    """One array per input; floats in `dtype`, else the kernel's first (F32 where it takes it)."""
     overrides = overrides or {}
+    if dtype is None:
+        dtype = "F32" if "F32" in kernel.float_dtypes else kernel.float_dtypes[0]
     arrays = []
     for spec in kernel.inputs:
         shape = tuple(_value(s, overrides) for s in spec.dims)
@@ -101,7 +104,7 @@ def test_clause(kernel, case):
         arrays[idx] = arrays[idx].astype(np.int64)
         with pytest.raises(fuel_cy.InputError, match=rf"{kernel.inputs[idx].name}'.*accept\.inputs\[{idx}\]\.dtypes.*int64") as info:
             _call(kernel, arrays)
-        assert info.value.kernel == kernel.name and "fuel-reference-backend.md:" in str(info.value)
+        assert info.value.kernel == kernel.name and f"{kernel.loc.path.split('/')[-1]}:" in str(info.value)
     elif kind == "rank":
         idx = case[1]
         arrays[idx] = arrays[idx][..., None]

@@ -33,7 +33,27 @@ def _paged_live_blocks(q, k_cache, v_cache, block_table, context_lens, alibi_slo
     return q, k_cache[used], v_cache[used], table, context_lens, alibi_slopes
 
 
-def _work(object x, object npwork, str code):
+cdef enum:
+    CONVERT_CHUNK = 65536   # elements per task of the parallel half <-> float32 conversions
+
+
+cdef void _convert_par(unsigned short* h, float* f, Py_ssize_t n, int is_f16, bint widen, int nthreads) noexcept nogil:
+    """Elementwise, so the bits do not depend on the split; large pools and outputs convert on
+    every thread (a decode step's pool conversion took most of its time on one)."""
+    cdef Py_ssize_t nchunks = ceil_div(n, CONVERT_CHUNK), c, lo, m
+    cdef int nt = <int>min(<Py_ssize_t>nthreads, nchunks)
+    for c in prange(nchunks, schedule='static', num_threads=nt):
+        lo = c * CONVERT_CHUNK
+        m = n - lo
+        if m > CONVERT_CHUNK:
+            m = CONVERT_CHUNK
+        if widen:
+            fc_widen_half(h + lo, f + lo, m, is_f16)
+        else:
+            fc_narrow_half(f + lo, h + lo, m, is_f16)
+
+
+def _work(object x, object npwork, str code, int nthreads=1):
     """The core's flat work array for a float input: bf16/f16 widened to float32 in C (exact),
     other dtypes through _validation.work."""
     if x is None or code not in ("BF16", "F16"):
@@ -44,12 +64,13 @@ def _work(object x, object npwork, str code):
     cdef int is_f16 = code == "F16"
     if bits.shape[0]:
         with nogil:
-            fc_widen_half(&bits[0], &o[0], bits.shape[0], is_f16)
+            _convert_par(&bits[0], &o[0], bits.shape[0], is_f16, True, nthreads)
     return out
 
 
-def _from_work(object arr, str code):
-    """Back to T (exact: the core rounded every result to T)."""
+def _from_work(object arr, str code, int nthreads=1):
+    """Back to T, rounding to nearest even: exact for the "math in T" kernels (every result is a
+    value of T already), the one rounding of the float32-compute kernels' outputs."""
     if code not in ("BF16", "F16"):
         return _v.from_work(arr, code)
     cdef float[::1] a = arr.reshape(-1)
@@ -58,7 +79,7 @@ def _from_work(object arr, str code):
     cdef int is_f16 = code == "F16"
     if a.shape[0]:
         with nogil:
-            fc_narrow_half(&a[0], &r[0], a.shape[0], is_f16)
+            _convert_par(&r[0], &a[0], a.shape[0], is_f16, False, nthreads)
     return res
 
 

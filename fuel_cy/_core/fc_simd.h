@@ -485,8 +485,7 @@ static inline fc_u32v fc_select_u32(fc_i32v mask, fc_u32v a, fc_u32v b) {
 }
 
 /* ---- Half-type storage <-> the float work arrays. ----------------------------------------------
- * Widening is exact; narrowing is exact too because the core rounds every result to T (so a
- * bf16 result's low 16 bits are zero and an f16 result is representable).  NumPy's own float16
+ * Widening is exact; narrowing rounds to nearest even (below).  NumPy's own float16
  * conversion is a scalar bit-twiddling loop: a third of an f16 paged decode's time.  f16 uses
  * F16C where the level has it (avx2 and up); bf16 is a 16-bit shift at every level. */
 static inline void fc_widen_half(const uint16_t* x, float* out, ptrdiff_t n, int is_f16) {
@@ -521,39 +520,33 @@ static inline void fc_widen_half(const uint16_t* x, float* out, ptrdiff_t n, int
 #endif
     for (; i < n; i++) out[i] = is_f16 ? fc_f16_bits_to_f32(x[i]) : fc_bf16_bits_to_f32(x[i]);
 }
+/* float -> T, rounding to nearest even (NaN stays a quiet NaN): exact for the "math in T" kernels'
+ * results, which are values of T already, and the one rounding of the float32-compute kernels.
+ * f16 by F16C where the level has it; bf16 by integer arithmetic on the level's vectors. */
+typedef uint16_t fc_u16h __attribute__((vector_size(FC_VBYTES / 2)));
 static inline void fc_narrow_half(const float* x, uint16_t* out, ptrdiff_t n, int is_f16) {
     ptrdiff_t i = 0;
-#if defined(__AVX512F__)
     if (is_f16) {
+#if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16)
             _mm256_storeu_si256((__m256i*)(out + i),
                                 _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    } else {
-        for (; i + 16 <= n; i += 16)
-            _mm256_storeu_si256((__m256i*)(out + i),
-                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(x + i)), 16)));
-    }
 #elif defined(__AVX2__) && defined(__F16C__)
-    if (is_f16) {
         for (; i + 8 <= n; i += 8)
             _mm_storeu_si128((__m128i*)(out + i),
                              _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
     } else {
-        for (; i + 8 <= n; i += 8) {
-            __m256i h = _mm256_srli_epi32(_mm256_castps_si256(_mm256_loadu_ps(x + i)), 16);
-            _mm_storeu_si128((__m128i*)(out + i),
-                             _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        for (; i + FC_W32 <= n; i += FC_W32) {
+            fc_u32v u;
+            memcpy(&u, x + i, FC_VBYTES);
+            fc_i32v nan = (fc_i32v)(u & 0x7fffffffu) > 0x7f800000;
+            fc_u32v r = fc_select_u32(nan, (u >> 16) | 0x0040u, (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+            fc_u16h h = __builtin_convertvector(r, fc_u16h);
+            memcpy(out + i, &h, FC_VBYTES / 2);
         }
     }
-#elif defined(__SSE4_1__)
-    if (!is_f16) {  /* the high halves fit 16 bits, so the unsigned saturating pack is exact */
-        for (; i + 8 <= n; i += 8)
-            _mm_storeu_si128((__m128i*)(out + i), _mm_packus_epi32(
-                _mm_srli_epi32(_mm_castps_si128(_mm_loadu_ps(x + i)), 16),
-                _mm_srli_epi32(_mm_castps_si128(_mm_loadu_ps(x + i + 4)), 16)));
-    }
-#endif
-    for (; i < n; i++) out[i] = is_f16 ? fc_f32_to_f16_bits(x[i]) : (uint16_t)(fc_f2u(x[i]) >> 16);
+    for (; i < n; i++) out[i] = is_f16 ? fc_f32_to_f16_bits(x[i]) : fc_f32_to_bf16_bits(x[i]);
 }
 
 /* ---- K^T packing: out[d * FC_BC + j] = rows[j][d] for j < n, zero for n <= j < FC_BC. ----------

@@ -1,31 +1,49 @@
-"""What the hand-written core provides, so codegen can wire contracts to it (and refuse what it
-cannot wire).  A kernel in a contract without an entry here gets stubs that raise
-NotImplementedError instead of returning wrong numbers."""
+"""How contract kernels bind to the hand-written core: which driver (drivers.pxi) implements each
+kernel, the dims it takes, and the element policy each dtype runs under.  Codegen refuses to wire
+a kernel that is not listed here (it gets a stub that raises NotImplementedError)."""
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Mapping, Optional
 
-# kernel -> dim symbols (contract spelling) of the tuple its driver takes, in order
-DRIVER_DIMS: Mapping[str, tuple[str, ...]] = {
-    "attention_naive": ("B", "Hq", "Hkv", "Sq", "Sk", "D"),
-    "attention_flash": ("B", "Hq", "Hkv", "Sq", "Sk", "D"),
-    "attention_paged_naive": ("B", "Hq", "Hkv", "Sq", "D", "block_size", "max_blocks_per_seq", "num_blocks"),
-    "attention_flash_backward": ("B", "Hq", "Hkv", "Sq", "Sk", "D"),
+FORWARD_DIMS = ("B", "Hq", "Hkv", "Sq", "Sk", "D")
+PAGED_DIMS = ("B", "Hq", "Hkv", "Sq", "D", "block_size", "max_blocks_per_seq", "num_blocks")
+
+
+@dataclass(frozen=True)
+class CoreBinding:
+    """One kernel's implementation in the core."""
+
+    driver: str                    # drive_<driver> in drivers.pxi (also the key of _prose_checks.RULES)
+    dims: tuple[str, ...]          # dim symbols (contract spelling) of the tuple the driver takes
+    half_prepare: Optional[str] = None  # step applied to a half-type call's inputs before widening
+
+
+BINDINGS: Mapping[str, CoreBinding] = {
+    "attention_naive": CoreBinding("attention_naive", FORWARD_DIMS),
+    "attention_flash": CoreBinding("attention_flash", FORWARD_DIMS),
+    # a half-type pool is widened for the core: only the blocks the live contexts reference
+    "attention_paged_naive": CoreBinding("attention_paged_naive", PAGED_DIMS, "_paged_live_blocks"),
+    "attention_flash_backward": CoreBinding("attention_flash_backward", FORWARD_DIMS),
+    # fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): the same drivers, run under
+    # the float32 policy (precision.compute: f32)
+    "attention_flash_mixed": CoreBinding("attention_flash", FORWARD_DIMS),
+    "attention_paged_mixed": CoreBinding("attention_paged_naive", PAGED_DIMS, "_paged_live_blocks"),
+    "attention_flash_backward_mixed": CoreBinding("attention_flash_backward", FORWARD_DIMS),
 }
 
-# contract dtype -> (rounding tag, C work type, numpy work dtype)
-POLICIES: Mapping[str, tuple[str, str, str]] = {
-    "F32": ("RoundNone", "float", "float32"),
-    "F64": ("RoundNone", "double", "float64"),
-    "BF16": ("RoundBF16", "float", "float32"),
-    "F16": ("RoundF16", "float", "float32"),
+# (precision.compute, contract dtype) -> (rounding tag, C work type, numpy work dtype).  "T": every
+# step rounded to the element type ("math in T"); "f32": half inputs widened exactly and every step
+# in float32, outputs rounded once to T when narrowed (drivers.pxi _from_work).
+POLICIES: Mapping[tuple[str, str], tuple[str, str, str]] = {
+    ("T", "F32"): ("RoundNone", "float", "float32"),
+    ("T", "F64"): ("RoundNone", "double", "float64"),
+    ("T", "BF16"): ("RoundBF16", "float", "float32"),
+    ("T", "F16"): ("RoundF16", "float", "float32"),
+    ("f32", "F32"): ("RoundNone", "float", "float32"),
+    ("f32", "BF16"): ("RoundNone", "float", "float32"),
+    ("f32", "F16"): ("RoundNone", "float", "float32"),
 }
 INT_WORK = {"U32": ("unsigned int", "uint32")}
-
-# kernel -> hand-written step (drivers.pxi) applied to a half-type call's inputs before they are
-# widened to float32 work arrays; it takes (inputs..., params) and returns the inputs to use.
-HALF_PREPARE: Mapping[str, str] = {
-    "attention_paged_naive": "_paged_live_blocks",  # widen the referenced blocks, not the pool
-}
 
 CORE_SOURCES = ("fc_math.h", "fc_simd.h", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")

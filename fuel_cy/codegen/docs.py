@@ -8,6 +8,7 @@ from typing import Any
 
 from ..contract import expr, load_contracts
 from ..contract.loader import FUSED_OPS_FILE, parse_fused_ops
+from ..contract.schema import DTYPE_BYTES
 from .cores import CORE_SOURCES
 from .generate import Layout, environment
 from .view import LAYOUT_ORDER, kernel_view, sources_digest
@@ -52,14 +53,19 @@ def _example(kernel, dims: dict[str, int]) -> tuple[str, dict[str, int]]:
         if spec.fdx and spec.fdx.gather:
             roles[spec.fdx.gather.block_table] = "table"
             roles[spec.fdx.gather.context_lens] = "lens"
-    lines = ["import numpy as np", "import fuel_cy", "", "rng = np.random.default_rng(0)"]
+    # the example's element type: float32 where the kernel takes it, else its first float dtype
+    first = next(s for s in kernel.inputs if s.is_float)
+    code = "F32" if "F32" in first.dtypes else first.dtypes[0]
+    imports = ["import ml_dtypes"] if code == "BF16" else []
+    cast = {"F32": "", "F64": ".astype(np.float64)", "BF16": ".astype(ml_dtypes.bfloat16)", "F16": ".astype(np.float16)"}[code]
+    lines = ["import numpy as np", *imports, "import fuel_cy", "", "rng = np.random.default_rng(0)"]
     args = []
     for spec in kernel.inputs:
         if spec.optional:
             continue
         shape = tuple(dims.get(d, 4) for d in spec.dims)
         if spec.is_float:
-            lines.append(f"{spec.name} = rng.standard_normal({shape}, dtype=np.float32)")
+            lines.append(f"{spec.name} = rng.standard_normal({shape}, dtype=np.float32){cast}")
         elif roles.get(spec.name) == "table":
             lines.append(f"{spec.name} = rng.permutation({dims['num_blocks']})[:{shape[0] * shape[1]}]"
                          f".reshape{shape}.astype(np.uint32)")
@@ -73,7 +79,7 @@ def _example(kernel, dims: dict[str, int]) -> tuple[str, dict[str, int]]:
     result = ", ".join(o.name for o in kernel.returns.items)
     lines.append(f"{result} = fuel_cy.{kernel.name}({', '.join(args)}{kw})")
     lines.append(f"print(fuel_cy.cost({kernel.name!r}, {', '.join(args)}))")
-    return "\n".join(lines), dims
+    return "\n".join(lines), dims, code
 
 
 def _page_view(doc, kernel, fused, digest, rel) -> dict[str, Any]:
@@ -100,11 +106,12 @@ def _page_view(doc, kernel, fused, digest, rel) -> dict[str, Any]:
     dims = dict(EXAMPLE_DIMS)
     if any(s.fdx and s.fdx.gather for s in kernel.inputs):
         dims.update(PAGED_EXAMPLE)
-    code, dims = _example(kernel, dims)
+    code, dims, dtype = _example(kernel, dims)
     shapes = {s.name: tuple(dims.get(d, 4) for d in s.dims) for s in kernel.inputs}
     symbols = {sym: shapes[inp][axis] for sym, (inp, axis) in kernel.symbols.items()}
-    symbols["dtype_bytes"] = 4
-    label = "example: " + ", ".join(f"{s.lower()}={dims[s]}" for s in dims if s.lower() in kernel.symbols) + ", f32"
+    symbols["dtype_bytes"] = DTYPE_BYTES[dtype]
+    label = ("example: " + ", ".join(f"{s.lower()}={dims[s]}" for s in dims if s.lower() in kernel.symbols)
+             + f", {dtype.lower()}")
     rows = []
     for name, f in (("flops", kernel.cost.flops), ("bytes moved", kernel.cost.bytes_moved),
                     ("host memory", kernel.cost.memory.host_bytes), ("device memory", kernel.cost.memory.device_bytes),
@@ -126,12 +133,14 @@ def render_pages(root: Path) -> dict[str, str]:
     digest = sources_digest(layout.core, CORE_SOURCES)
     env = environment(layout.templates / "docs")
     env.filters["md"] = md_inline
-    views = []
+    views, contracts = [], []
     for doc in docs:
         rel = Path(doc.path).resolve().relative_to(layout.root.resolve()).as_posix()
-        for kernel in doc.kernels:
-            views.append(_page_view(doc, kernel, fused, digest, rel))
-    pages = {"kernels/index.md": env.get_template("index.md.j2").render(kernels=views, fused_ops=list(fused.values()))}
+        mine = [_page_view(doc, kernel, fused, digest, rel) for kernel in doc.kernels]
+        views += mine
+        contracts.append({"file": rel, "provider": doc.provider.name, "title": doc.title, "kernels": mine})
+    pages = {"kernels/index.md": env.get_template("index.md.j2").render(contracts=contracts,
+                                                                         fused_ops=list(fused.values()))}
     for v in views:
         pages[f"kernels/{v['name']}.md"] = env.get_template("kernel.md.j2").render(k=v)
     return pages

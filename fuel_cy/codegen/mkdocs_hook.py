@@ -23,11 +23,13 @@ def on_files(files: Files, config) -> Files:
 def on_config(config):
     from fuel_cy.contract import load_contracts
 
-    # one nav entry per kernel, in contract order, so a new kernel appears without editing mkdocs.yml
-    kernels = [k.name for d in load_contracts(ROOT / "contracts") for k in d.kernels]
+    # one nav section per contract, one entry per kernel in contract order, so a new contract or
+    # kernel appears without editing mkdocs.yml
+    groups = [{d.provider.name or d.path: [{k.name: f"kernels/{k.name}.md"} for k in d.kernels]}
+              for d in load_contracts(ROOT / "contracts")]
     for i, entry in enumerate(config["nav"] or []):
         if isinstance(entry, dict) and entry.get("Kernels") == "kernels/index.md":
-            config["nav"][i] = {"Kernels": ["kernels/index.md"] + [{k: f"kernels/{k}.md"} for k in kernels]}
+            config["nav"][i] = {"Kernels": ["kernels/index.md", *groups]}
     # `mkdocs serve` should rebuild when a contract, a docs template or a result file changes
     for folder in ("contracts", "templates/docs", "benchmarks/results"):
         path = ROOT / folder

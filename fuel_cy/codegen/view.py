@@ -10,7 +10,7 @@ from typing import Any, Optional
 from ..contract import expr
 from ..contract.checks import cost_symbols
 from ..contract.model import ContractDoc, FusedOpInfo, InputSpec, Kernel
-from .cores import DRIVER_DIMS, HALF_PREPARE, INT_WORK, POLICIES
+from .cores import BINDINGS, INT_WORK, POLICIES
 
 # Layout checks run most specific first so the error names the clause that really failed.
 LAYOUT_ORDER = ("broadcast_stride0", "reverse_strides", "start_offset", "strided", "contiguous")
@@ -173,8 +173,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         return expr.to_source(formula.ast, leaf)
 
     info = fused.get(kernel.fused_op)
-    has_driver = kernel.name in DRIVER_DIMS and all(
-        any(sym in spec.dims for spec in kernel.inputs) for sym in DRIVER_DIMS.get(kernel.name, ()))
+    binding = BINDINGS.get(kernel.name)
+    has_driver = binding is not None and all(any(sym in spec.dims for spec in kernel.inputs) for sym in binding.dims)
     dim_source = {}
     for spec in kernel.inputs:
         for axis, sym in enumerate(spec.dims):
@@ -192,11 +192,14 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         "inputs": inputs, "params": params, "signature": signature,
         "float_inputs": [i["name"] for i in inputs if i["is_float"]],
         "outputs": outputs, "bundle": kernel.returns.kind == "bundle",
-        "dtypes": [{"code": d, "tag": POLICIES[d][0], "ctype": POLICIES[d][1], "npwork": POLICIES[d][2]}
-                   for d in kernel.float_dtypes if d in POLICIES],
+        "dtypes": [{"code": d, "tag": policy[0], "ctype": policy[1], "npwork": policy[2]}
+                   for d in kernel.float_dtypes
+                   for policy in [POLICIES.get((kernel.precision.compute, d))] if policy is not None],
+        "compute": kernel.precision.compute,
         "driver": has_driver,
-        "half_prepare": HALF_PREPARE.get(kernel.name) if has_driver else None,
-        "driver_dims": [dim_source[s] for s in DRIVER_DIMS.get(kernel.name, ()) if s in dim_source] if has_driver else [],
+        "driver_name": binding.driver if binding is not None and has_driver else None,
+        "half_prepare": binding.half_prepare if binding is not None and has_driver else None,
+        "driver_dims": [dim_source[s] for s in binding.dims if s in dim_source] if binding is not None and has_driver else [],
         "symbol_sources": symbol_sources,
         "cost": {
             "flops": cost_src(kernel.cost.flops), "bytes_moved": cost_src(kernel.cost.bytes_moved),

@@ -15,7 +15,7 @@ from .model import (
     ParamField, Precision, Returns,
 )
 from .recover import is_indented, reindent, split_comment
-from .schema import BLOCK, DTYPES, LAYOUT_KEYS, LAYOUT_POLICIES, PARAM_KINDS
+from .schema import BLOCK, COMPUTE_MODES, DTYPES, LAYOUT_KEYS, LAYOUT_POLICIES, PARAM_KINDS
 from .yamlload import LDict, YamlProblem, load
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -401,6 +401,7 @@ def _precision(top: Reader) -> Precision:
         max_absolute=r.number_or_null("max_absolute"),
         audited=bool(r.boolean("audited")),
         notes=r.string("notes", None),
+        compute=r.take("compute", lambda v: v in COMPUTE_MODES, f"one of {', '.join(COMPUTE_MODES)}", "T"),
     )
     r.finish()
     return p

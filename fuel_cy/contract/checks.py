@@ -130,3 +130,21 @@ def check_document(kernels: Iterable[Kernel], problems: Collector) -> None:
         if k.entry_point in entries:
             problems.add(k.loc.path, k.loc.line, f"{k.name}.entry_point", f"entry point {k.entry_point!r} already used by {entries[k.entry_point].name}")
         entries.setdefault(k.entry_point, k)
+    # fused-op ids are one namespace across every contract: one id per op, one op per id
+    op_ids: dict[str, tuple[int, Kernel]] = {}
+    id_ops: dict[int, tuple[str, Kernel]] = {}
+    for k in kernels:
+        if k.fused_op_id is None:
+            continue
+        if k.fused_op in op_ids and op_ids[k.fused_op][0] != k.fused_op_id:
+            first = op_ids[k.fused_op][1]
+            problems.add(k.loc.path, k.loc.line, f"{k.name}.fused_op_id",
+                         f"fused op {k.fused_op} has id {k.fused_op_id} here but {op_ids[k.fused_op][0]} in "
+                         f"{first.name} ({first.loc.path}:{first.loc.line})")
+        if k.fused_op_id in id_ops and id_ops[k.fused_op_id][0] != k.fused_op:
+            first = id_ops[k.fused_op_id][1]
+            problems.add(k.loc.path, k.loc.line, f"{k.name}.fused_op_id",
+                         f"FusedOpId({k.fused_op_id}) of {k.fused_op} is already {id_ops[k.fused_op_id][0]}'s, "
+                         f"in {first.name} ({first.loc.path}:{first.loc.line})")
+        op_ids.setdefault(k.fused_op, (k.fused_op_id, k))
+        id_ops.setdefault(k.fused_op_id, (k.fused_op, k))

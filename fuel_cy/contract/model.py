@@ -146,6 +146,7 @@ class Precision:
     max_absolute: Optional[float]
     audited: bool
     notes: Optional[str]
+    compute: str = "T"  # "T": math in the element type; "f32": float32 math, outputs rounded once to T
 
 
 @dataclass(frozen=True)

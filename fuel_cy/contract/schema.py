@@ -69,7 +69,7 @@ BLOCK = MapNode({
     }),
     "precision": MapNode({
         "bit_stable_on_same_hardware": None, "max_ulp": None, "max_relative": None,
-        "max_absolute": None, "audited": None, "notes": None,
+        "max_absolute": None, "audited": None, "notes": None, "compute": None,
     }),
     "determinism": None,
 })
@@ -87,3 +87,6 @@ FLOAT_DTYPES = ("F32", "F64", "BF16", "F16")
 DTYPE_BYTES: Mapping[str, int] = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "U32": 4}
 LAYOUT_POLICIES = ("required", "rejected", "accepted")
 PARAM_KINDS = ("f32", "f64", "bool", "usize", "DynScalar")
+# precision.compute: "T" (the default, as the seed's kernels: every step in the element type) or
+# "f32" (half inputs widened exactly, all arithmetic in float32, each output rounded once to T)
+COMPUTE_MODES = ("T", "f32")

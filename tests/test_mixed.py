@@ -1,0 +1,160 @@
+"""fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): bf16/f16 in, float32 math, each
+output rounded once to T.  Checked against the suite's own float64 reference on the same
+(T-valued) inputs, and bit for bit against the contract's identity: the float32 kernel on the
+exactly widened inputs, rounded to T."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_cy
+import reference_impl as ref
+from inputs import attention_inputs
+
+HALF = [("BF16", ml_dtypes.bfloat16, 1e-2), ("F16", np.float16, 2e-3)]
+IDS = [h[0] for h in HALF]
+
+# (b, hq, hkv, sq, sk, d, params, alibi): odd head dims, Sq != Sk, windows, softcap, ALiBi, k_len,
+# a tile edge (Sk > 128) and rows with no admissible key
+CASES = [
+    ("plain", 1, 2, 2, 64, 64, 64, {}, False),
+    ("odd-59 gqa", 2, 6, 2, 33, 70, 59, {"causal": True}, False),
+    ("ragged 113x203 d111", 1, 2, 1, 113, 203, 111, {}, True),
+    ("window+softcap", 1, 4, 2, 50, 150, 32, {"window_size_left": 17, "window_size_right": 3, "softcap": 6.0}, True),
+    ("k_len", 1, 2, 2, 40, 140, 16, {"k_len": 129, "causal": True}, False),
+    ("fully masked rows", 1, 2, 1, 20, 30, 8, {"window_size_left": 0, "window_size_right": 0, "k_len": 10}, False),
+]
+
+
+def _rel(out, expected) -> float:
+    out64, exp64 = np.asarray(out, np.float64), np.asarray(expected, np.float64)
+    return float(np.max(np.abs(out64 - exp64)) / max(float(np.max(np.abs(exp64))), 1e-30))
+
+
+def _bits(result) -> bytes:
+    parts = result if isinstance(result, tuple) else (result,)
+    return b"".join(np.ascontiguousarray(p).view(np.uint8).tobytes() for p in parts)
+
+
+def _f32(*xs):
+    return [None if x is None else np.asarray(x, np.float32) for x in xs]
+
+
+@pytest.mark.parametrize("code,dtype,bound", HALF, ids=IDS)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_flash_mixed_matches_float64_reference_and_the_rounded_f32_kernel(case, code, dtype, bound):
+    _, b, hq, hkv, sq, sk, d, params, alibi = case
+    q, k, v, slopes = attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed=3)
+    out = fuel_cy.attention_flash_mixed(q, k, v, slopes, **params)
+    assert out.dtype == dtype and out.shape == q.shape
+    expected = ref.forward(q, k, v, slopes, causal=params.get("causal", False), left=params.get("window_size_left"),
+                           right=params.get("window_size_right"), softcap=params.get("softcap"), k_len=params.get("k_len"))
+    assert _rel(out, expected) <= bound
+    # the contract's identity: float32 math on the widened inputs, rounded once to T
+    f32 = fuel_cy.attention_flash(*_f32(q, k, v, slopes), **params)
+    assert _bits(out) == _bits(f32.astype(dtype))
+
+
+@pytest.mark.parametrize("code,dtype,bound", HALF, ids=IDS)
+@pytest.mark.parametrize("case", CASES[:4], ids=[c[0] for c in CASES[:4]])
+def test_backward_mixed_matches_float64_reference_and_the_rounded_f32_kernel(case, code, dtype, bound):
+    _, b, hq, hkv, sq, sk, d, params, alibi = case
+    params = {key: val for key, val in params.items() if key != "k_len"}
+    q, k, v, do, slopes = attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed=4, with_do=True)
+    grads = fuel_cy.attention_flash_backward_mixed(q, k, v, do, slopes, **params)
+    expected = ref.backward(q, k, v, do, slopes, causal=params.get("causal", False), left=params.get("window_size_left"),
+                            right=params.get("window_size_right"), softcap=params.get("softcap"))
+    for got, exp, like in zip(grads, expected, (q, k, v)):
+        assert got.dtype == dtype and got.shape == like.shape
+        assert _rel(got, exp) <= bound
+    f32 = fuel_cy.attention_flash_backward(*_f32(q, k, v, do, slopes), **params)
+    assert _bits(grads) == _bits(tuple(g.astype(dtype) for g in f32))
+
+
+def _paged_problem(dtype, seed=5, b=3, hq=8, hkv=2, sq=1, d=40, bs=16, nblocks=40, lens=(200, 1, 77), alibi=True):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
+    kc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    vc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    table = rng.permutation(nblocks)[: b * 13].reshape(b, 13).astype(np.uint32)
+    slopes = (rng.random(hq) * 0.3).astype(dtype) if alibi else None
+    return q, kc, vc, table, np.array(lens, np.uint32), slopes
+
+
+@pytest.mark.parametrize("code,dtype,bound", HALF, ids=IDS)
+@pytest.mark.parametrize("sq,softcap", [(1, None), (3, 5.0)])
+def test_paged_mixed_matches_float64_reference_and_the_rounded_f32_kernel(code, dtype, bound, sq, softcap):
+    q, kc, vc, table, lens, slopes = _paged_problem(dtype, sq=sq)
+    out = fuel_cy.attention_paged_mixed(q, kc, vc, table, lens, slopes, softcap=softcap)
+    assert out.dtype == dtype
+    assert _rel(out, ref.paged(q, kc, vc, table, lens, slopes, softcap=softcap)) <= bound
+    f32 = fuel_cy.attention_paged_naive(*_f32(q, kc, vc), table, lens, *_f32(slopes), softcap=softcap)
+    assert _bits(out) == _bits(f32.astype(dtype))
+
+
+def test_mixed_is_more_accurate_than_math_in_t():
+    """The point of the second contract: one rounding instead of one per step."""
+    q, k, v, _ = attention_inputs(1, 4, 2, 64, 300, 64, ml_dtypes.bfloat16, False, seed=9)
+    expected = ref.forward(q, k, v)
+    mixed = _rel(fuel_cy.attention_flash_mixed(q, k, v), expected)
+    in_t = _rel(fuel_cy.attention_flash(q, k, v), expected)
+    assert mixed < in_t / 2, (mixed, in_t)
+
+
+def test_rounding_to_t_is_to_nearest_even_including_specials():
+    """Outputs are rounded, not truncated: values of the float32 result that lie between two bf16
+    values go to the nearest one (a truncating narrow would fail half of these)."""
+    q, k, v, _ = attention_inputs(1, 2, 2, 16, 48, 16, ml_dtypes.bfloat16, False, seed=11)
+    out = fuel_cy.attention_flash_mixed(q, k, v)
+    f32 = fuel_cy.attention_flash(*_f32(q, k, v))
+    truncated = (f32.view(np.uint32) >> 16).astype(np.uint16)
+    assert np.any(out.view(np.uint16) != truncated)
+    assert np.array_equal(out.view(np.uint16), f32.astype(ml_dtypes.bfloat16).view(np.uint16))
+    nan = q.copy()
+    nan[0, 0, 3, 0] = np.nan
+    assert np.isnan(np.asarray(fuel_cy.attention_flash_mixed(nan, k, v)[0, 0, 3], np.float32)).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mixed_kernels_are_deterministic_across_thread_counts(threads):
+    q, k, v, do, slopes = attention_inputs(2, 8, 2, 70, 160, 48, ml_dtypes.bfloat16, True, seed=6, with_do=True)
+    pq, kc, vc, table, lens, ps = _paged_problem(np.float16)
+    calls = [lambda: fuel_cy.attention_flash_mixed(q, k, v, slopes, causal=True),
+             lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do, slopes, softcap=4.0),
+             lambda: fuel_cy.attention_paged_mixed(pq, kc, vc, table, lens, ps)]
+    fuel_cy.set_num_threads(0)
+    baseline = [_bits(c()) for c in calls]
+    try:
+        fuel_cy.set_num_threads(threads)
+        assert [_bits(c()) for c in calls] == baseline
+    finally:
+        fuel_cy.set_num_threads(0)
+
+
+def test_mixed_kernels_refuse_float32_and_mixed_types_citing_their_contract():
+    x32 = np.zeros((1, 2, 4, 8), np.float32)
+    with pytest.raises(fuel_cy.InputError) as e:
+        fuel_cy.attention_flash_mixed(x32, x32, x32)
+    assert "attention_flash_mixed: input 'q': accept.inputs[0].dtypes ['BF16', 'F16']" in str(e.value)
+    assert "fuel-cy-mixed.md" in str(e.value)
+    bf, h = x32.astype(ml_dtypes.bfloat16), x32.astype(np.float16)
+    with pytest.raises(fuel_cy.InputError):
+        fuel_cy.attention_flash_mixed(bf, h, h)
+
+
+def test_paged_mixed_bounds_checks_block_ids_before_the_core():
+    q, kc, vc, table, lens, _ = _paged_problem(ml_dtypes.bfloat16, alibi=False)
+    table[0, 0] = 40  # == num_blocks
+    with pytest.raises(fuel_cy.InputError) as e:
+        fuel_cy.attention_paged_mixed(q, kc, vc, table, lens)
+    assert "block_table[0, 0] = 40 but num_blocks = 40" in str(e.value)
+
+
+def test_dispatch_routes_the_mixed_fused_ops():
+    q, k, v, _ = attention_inputs(1, 2, 1, 8, 8, 8, np.float16, False, seed=1)
+    out, plan = fuel_cy.dispatch(40, q, k, v, causal=True, return_plan=True)
+    assert plan.kernel == "attention_flash_mixed" and plan.fused_op == "FLASH_ATTN_MIXED"
+    assert np.array_equal(out.view(np.uint16), fuel_cy.attention_flash_mixed(q, k, v, causal=True).view(np.uint16))
+    with pytest.raises(fuel_cy.InputError):
+        fuel_cy.dispatch("FLASH_ATTN_MIXED", q.astype(np.float32), k, v)
