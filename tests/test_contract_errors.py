@@ -108,3 +108,40 @@ def test_billion_laughs_is_refused():
     text = "---\nfkc_version: 1\nprovider:\n  name: &a x\n  backend: *a\n---\n"
     with pytest.raises(ContractError, match="not allowed"):
         parse_document(text, "lol.md")
+
+
+def _copy_contracts(tmp_path):
+    import shutil
+
+    from conftest import ROOT
+
+    dest = tmp_path / "contracts"
+    shutil.copytree(ROOT / "contracts", dest)
+    return dest
+
+
+def test_fused_op_ids_are_one_namespace_across_contracts(tmp_path):
+    """fuel_cy's own contract may not reuse an id of the founding one (or of another op)."""
+    from fuel_cy.contract import load_contracts
+
+    folder = _copy_contracts(tmp_path)
+    mixed = folder / "fuel-cy-mixed.md"
+    mixed.write_text(mixed.read_text().replace("fused_op_id: 41", "fused_op_id: 13", 1))
+    table = folder / "fused_ops.yaml"
+    table.write_text(table.read_text().replace("  PAGED_ATTN_MIXED:\n    id: 41", "  PAGED_ATTN_MIXED:\n    id: 13"))
+    with pytest.raises(ContractError) as e:
+        load_contracts(folder)
+    text = str(e.value)
+    assert "FusedOpId(13) of PAGED_ATTN" in text and "is already PAGED_ATTN" in text
+    assert "fuel-cy-mixed.md:" in text and "fuel-reference-backend.md:" in text
+
+
+def test_compute_mode_is_checked(tmp_path):
+    from fuel_cy.contract import load_contracts
+
+    folder = _copy_contracts(tmp_path)
+    mixed = folder / "fuel-cy-mixed.md"
+    mixed.write_text(mixed.read_text().replace("  compute: f32\n", "  compute: f16\n", 1))
+    with pytest.raises(ContractError) as e:
+        load_contracts(folder)
+    assert "attention_flash_mixed.precision.compute" in str(e.value) and "one of T, f32" in str(e.value)
