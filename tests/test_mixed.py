@@ -11,6 +11,8 @@ import pytest
 import fuel_cy
 import reference_impl as ref
 from inputs import attention_inputs
+from measures import bits as _bits
+from measures import rel as _rel
 
 HALF = [("BF16", ml_dtypes.bfloat16, 1e-2), ("F16", np.float16, 2e-3)]
 IDS = [h[0] for h in HALF]
@@ -25,16 +27,6 @@ CASES = [
     ("k_len", 1, 2, 2, 40, 140, 16, {"k_len": 129, "causal": True}, False),
     ("fully masked rows", 1, 2, 1, 20, 30, 8, {"window_size_left": 0, "window_size_right": 0, "k_len": 10}, False),
 ]
-
-
-def _rel(out, expected) -> float:
-    out64, exp64 = np.asarray(out, np.float64), np.asarray(expected, np.float64)
-    return float(np.max(np.abs(out64 - exp64)) / max(float(np.max(np.abs(exp64))), 1e-30))
-
-
-def _bits(result) -> bytes:
-    parts = result if isinstance(result, tuple) else (result,)
-    return b"".join(np.ascontiguousarray(p).view(np.uint8).tobytes() for p in parts)
 
 
 def _f32(*xs):

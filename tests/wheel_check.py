@@ -4,7 +4,8 @@ qemu as an older CPU) by tests/test_distribution.py.  Prints one JSON object:
   {"level": <cpu level in use>, "errors": {case: relative error}, "bounds": {case: bound},
    "deterministic": {case: bool}}
 
-Only numpy and tests/reference_impl.py (the suite's own float64 reference) besides fuel_cy.
+Only numpy, tests/reference_impl.py (the suite's own float64 reference) and tests/measures.py
+besides fuel_cy.
 """
 from __future__ import annotations
 
@@ -16,21 +17,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference_impl as ref  # noqa: E402
+from measures import bits, rel  # noqa: E402
 
 import fuel_cy  # noqa: E402
 
 # f32 forward / backward and f64 bounds of the documented accuracy (site/semantics.md)
 BOUNDS = {"F32": (2e-5, 1e-4), "F64": (1e-12, 1e-10)}
-
-
-def rel(out, expected) -> float:
-    out64, exp64 = np.asarray(out, np.float64), np.asarray(expected, np.float64)
-    return float(np.max(np.abs(out64 - exp64)) / max(float(np.max(np.abs(exp64))), 1e-30))
-
-
-def bits(result) -> bytes:
-    parts = result if isinstance(result, tuple) else (result,)
-    return b"".join(np.ascontiguousarray(p).view(np.uint8).tobytes() for p in parts)
 
 
 def main() -> None:
