@@ -83,6 +83,14 @@ def copy_gbps() -> float:
     return 2 * src.nbytes / t / 1e9
 
 
+def contiguous_kv(torch, pool: np.ndarray, table: np.ndarray):
+    """The [B, Hkv, ctx, D] K or V that a block table reads from a pool [blocks, block, Hkv, D],
+    gathered once into a contiguous tensor (the peer's layout for paged decode)."""
+    gathered = torch.from_numpy(pool)[torch.from_numpy(table.astype(np.int64))]  # [B, nb, block, Hkv, D]
+    b, nb, bs, hkv, d = gathered.shape
+    return gathered.permute(0, 3, 1, 2, 4).reshape(b, hkv, nb * bs, d).contiguous()
+
+
 def _row(kernel, dtype, shape, ms, flops, peer=None, peer_ms=None, gemm=None, **extra) -> dict[str, Any]:
     gflops = flops / (ms / 1e3) / 1e9
     row = {"kernel": kernel, "dtype": dtype, "shape": shape, "ms": ms, "gflops": gflops, "peer": peer,
@@ -138,7 +146,7 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     rows += _backward_rows(torch, rng, quick, progress)
     paged_rows, copy_rate = _paged_rows(torch, rng, quick, progress)
     rows += paged_rows
-    rows += _mixed_rows(torch, rng, quick, progress)
+    rows += _mixed_rows(torch, rng, quick, progress, copy_rate)
     rows += _numpy_rows(rng, progress)
     rows += _threads_rows(rng, quick, progress)
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
@@ -215,8 +223,7 @@ def _paged_rows(torch, rng, quick, progress):
         progress(f"paged {shape}")
         ours = lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens)  # noqa: E731
         if torch is not None:
-            tk = torch.from_numpy(kc)[torch.from_numpy(table.astype(np.int64))].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d).contiguous()
-            tv = torch.from_numpy(vc)[torch.from_numpy(table.astype(np.int64))].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d).contiguous()
+            tk, tv = contiguous_kv(torch, kc, table), contiguous_kv(torch, vc, table)
             tq = torch.from_numpy(q)
             kct, vct, tt = torch.from_numpy(kc), torch.from_numpy(vc), torch.from_numpy(table.astype(np.int64))
 
@@ -240,7 +247,7 @@ def _paged_rows(torch, rng, quick, progress):
     return rows, copy_rate
 
 
-def _mixed_rows(torch, rng, quick, progress):
+def _mixed_rows(torch, rng, quick, progress, copy_rate):
     """fuel_cy's mixed-precision kernels against torch SDPA in the same dtype (bf16, f16)."""
     import ml_dtypes
 
@@ -284,14 +291,11 @@ def _mixed_rows(torch, rng, quick, progress):
     table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
     lens = np.full(b, ctx, np.uint32)
     q32 = rng.standard_normal((b, hq, 1, d), dtype=np.float32)
-    idx = torch.from_numpy(table.astype(np.int64))
     shape = f"decode B={b} Hq={hq} Hkv={hkv} D={d} ctx={ctx} block={bs}"
-    copy_rate = copy_gbps()
     for code, npdt, tdt in types:
         kc, vc = (x.astype(npdt) for x in pool)
         q = q32.astype(npdt)
-        tk, tv = ((torch.from_numpy(x)[idx].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d).contiguous().to(tdt))
-                  for x in pool)
+        tk, tv = (contiguous_kv(torch, x, table).to(tdt) for x in pool)
         tq = torch.from_numpy(q32).to(tdt)
         progress(f"mixed paged {code} {shape}")
         t_ours, t_peer = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),

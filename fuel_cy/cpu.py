@@ -77,36 +77,32 @@ def _describe_supported() -> str:
 
 def choose(requested: Optional[str]) -> str:
     """The level to load: `requested` (validated), else the fastest supported one."""
-    levels = compiled_levels()
     if requested is None or not requested.strip():
         ok = supported_levels()
         if not ok:
-            details = "; ".join(f"{n} needs {', '.join(missing_features(n))}" for n in levels)
+            details = "; ".join(f"{n} needs {', '.join(missing_features(n))}" for n in compiled_levels())
             raise CpuCapabilityError(
                 f"fuel_cy: this CPU ({cpu_name()}) supports none of the compiled levels "
                 f"({details}); build from source with FUEL_CY_NATIVE=1 for this machine")
         return ok[-1]
-    name = requested.strip().lower()
-    if name not in levels:
-        raise CpuCapabilityError(
-            f"{ENV_CAPABILITY}={requested!r}: this build has no level {name!r}; compiled levels: "
-            f"{', '.join(levels)} ({_describe_supported()})")
+    _require(requested.strip().lower(), f"{ENV_CAPABILITY}={requested!r}: ")
+    return requested.strip().lower()
+
+
+def _require(name: str, prefix: str = "") -> None:
+    """Raise CpuCapabilityError unless `name` is compiled and this CPU can run it."""
+    if name not in compiled_levels():
+        raise CpuCapabilityError(f"{prefix}this build has no level {name!r}; compiled levels: "
+                                 f"{', '.join(compiled_levels())} ({_describe_supported()})")
     missing = missing_features(name)
     if missing:
-        raise CpuCapabilityError(
-            f"{ENV_CAPABILITY}={requested!r}: this CPU ({cpu_name()}) lacks {', '.join(missing)}, "
-            f"which level {name!r} uses; {_describe_supported()}")
-    return name
+        raise CpuCapabilityError(f"{prefix}this CPU ({cpu_name()}) lacks {', '.join(missing)}, "
+                                 f"which level {name!r} uses; {_describe_supported()}")
 
 
 def load_level(name: str) -> ModuleType:
     """Import the core compiled for `name` (after checking that this CPU supports it)."""
-    if name not in compiled_levels():
-        raise CpuCapabilityError(f"no compiled level {name!r}; compiled levels: {', '.join(compiled_levels())}")
-    missing = missing_features(name)
-    if missing:
-        raise CpuCapabilityError(f"level {name!r} needs {', '.join(missing)}, which this CPU lacks; "
-                                 f"{_describe_supported()}")
+    _require(name)
     return importlib.import_module(f"fuel_cy._generated._core_{name}")
 
 

@@ -6,6 +6,15 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
+def check(name: str, values: list[float], goal: float, fmt: str = "{:.2f}x") -> dict[str, Any]:
+    """One target: the range measured against `goal` (met when the worst value reaches it)."""
+    if not values:
+        return {"target": name, "measured": "not measured", "met": None}
+    lo, hi = min(values), max(values)
+    shown = fmt.format(lo) if lo == hi else f"{fmt.format(lo)} - {fmt.format(hi)}"
+    return {"target": name, "measured": shown, "met": lo >= goal}
+
+
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The performance targets (issue #5; the mixed-precision rows: issue #14), each with what this
     run measured and whether it is met (None: not
@@ -14,13 +23,6 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
     def ratios(pred: Callable[[dict[str, Any]], bool]) -> list[float]:
         return [r["ratio"] for r in rows if r.get("ratio") is not None and pred(r)]
-
-    def check(name: str, values: list[float], goal: float, fmt: str = "{:.2f}x") -> dict[str, Any]:
-        if not values:
-            return {"target": name, "measured": "not measured", "met": None}
-        lo, hi = min(values), max(values)
-        shown = fmt.format(lo) if lo == hi else f"{fmt.format(lo)} - {fmt.format(hi)}"
-        return {"target": name, "measured": shown, "met": lo >= goal}
 
     def flash(r: dict[str, Any]) -> bool:
         return r["kernel"] == "attention_flash" and r["dtype"] == "F32" and r["peer"] == "torch SDPA"

@@ -32,18 +32,24 @@ BINDINGS: Mapping[str, CoreBinding] = {
     "attention_flash_backward_mixed": CoreBinding("attention_flash_backward", FORWARD_DIMS),
 }
 
-# (precision.compute, contract dtype) -> (rounding tag, C work type, numpy work dtype).  "T": every
-# step rounded to the element type ("math in T"); "f32": half inputs widened exactly and every step
-# in float32, outputs rounded once to T when narrowed (drivers.pxi _from_work).
-POLICIES: Mapping[tuple[str, str], tuple[str, str, str]] = {
-    ("T", "F32"): ("RoundNone", "float", "float32"),
-    ("T", "F64"): ("RoundNone", "double", "float64"),
-    ("T", "BF16"): ("RoundBF16", "float", "float32"),
-    ("T", "F16"): ("RoundF16", "float", "float32"),
-    ("f32", "F32"): ("RoundNone", "float", "float32"),
-    ("f32", "BF16"): ("RoundNone", "float", "float32"),
-    ("f32", "F16"): ("RoundNone", "float", "float32"),
+# contract dtype -> (rounding tag, C work type, numpy work dtype) under "math in T"
+POLICIES: Mapping[str, tuple[str, str, str]] = {
+    "F32": ("RoundNone", "float", "float32"),
+    "F64": ("RoundNone", "double", "float64"),
+    "BF16": ("RoundBF16", "float", "float32"),
+    "F16": ("RoundF16", "float", "float32"),
 }
+
+
+def policy(compute: str, dtype: str) -> Optional[tuple[str, str, str]]:
+    """The element policy a dtype runs under.  compute "T": every step rounded to the element type;
+    "f32": half inputs widened exactly and every step in float32 (the float32 policy), outputs
+    rounded once to T when narrowed (drivers.pxi _from_work)."""
+    if compute == "f32":  # float64 has no float32-math meaning: no entry
+        return POLICIES["F32"] if dtype in ("F32", "BF16", "F16") else None
+    return POLICIES.get(dtype)
+
+
 INT_WORK = {"U32": ("unsigned int", "uint32")}
 
 CORE_SOURCES = ("fc_math.h", "fc_simd.h", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")

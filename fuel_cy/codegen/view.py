@@ -10,7 +10,7 @@ from typing import Any, Optional
 from ..contract import expr
 from ..contract.checks import cost_symbols
 from ..contract.model import ContractDoc, FusedOpInfo, InputSpec, Kernel
-from .cores import BINDINGS, INT_WORK, POLICIES
+from .cores import BINDINGS, INT_WORK, policy
 
 # Layout checks run most specific first so the error names the clause that really failed.
 LAYOUT_ORDER = ("broadcast_stride0", "reverse_strides", "start_offset", "strided", "contiguous")
@@ -192,9 +192,9 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         "inputs": inputs, "params": params, "signature": signature,
         "float_inputs": [i["name"] for i in inputs if i["is_float"]],
         "outputs": outputs, "bundle": kernel.returns.kind == "bundle",
-        "dtypes": [{"code": d, "tag": policy[0], "ctype": policy[1], "npwork": policy[2]}
+        "dtypes": [{"code": d, "tag": pol[0], "ctype": pol[1], "npwork": pol[2]}
                    for d in kernel.float_dtypes
-                   for policy in [POLICIES.get((kernel.precision.compute, d))] if policy is not None],
+                   for pol in [policy(kernel.precision.compute, d)] if pol is not None],
         "compute": kernel.precision.compute,
         "driver": has_driver,
         "driver_name": binding.driver if binding is not None and has_driver else None,
