@@ -14,3 +14,15 @@ def bits(result) -> bytes:
     """The raw bytes of a result or a tuple of results (bitwise comparisons)."""
     parts = result if isinstance(result, tuple) else (result,)
     return b"".join(np.ascontiguousarray(p).view(np.uint8).tobytes() for p in parts)
+
+
+def ulps16(a, b) -> int:
+    """The largest distance, in units in the last place, between two bf16 or float16 arrays of
+    the same shape (NaNs excluded): bit patterns mapped to a monotone integer line."""
+    def line(x):
+        u = np.ascontiguousarray(x).view(np.uint16).astype(np.int64)
+        return np.where(u & 0x8000, -(u & 0x7FFF), u)
+    a, b = np.asarray(a), np.asarray(b)
+    if a.size == 0:
+        return 0
+    return int(np.max(np.abs(line(a) - line(b))))

@@ -3,6 +3,8 @@
 # a MemoryError, not a crash), then release the GIL for the cores.  Hand-written; included by the
 # generated extension.  Inputs are only read; outputs are fully written.
 
+import threading as _threading
+
 import numpy as _np
 
 
@@ -53,18 +55,45 @@ cdef void _convert_par(unsigned short* h, float* f, Py_ssize_t n, int is_f16, bi
             fc_narrow_half(f + lo, h + lo, m, is_f16)
 
 
-def _work(object x, object npwork, str code, int nthreads=1):
+# Temporaries that a call overwrites in full and never returns (a half-type call's widened inputs
+# and float32 output) are kept between calls, per Python thread: a fresh multi-megabyte array pays
+# its page faults on every call (0.5 ms per 2 MB measured on Zen 4 under KVM, 17% of a bf16 flash
+# call at B=1 H=8 S=1024 D=64).  Only temporaries up to TEMP_CACHE_BYTES are kept.
+TEMP_CACHE_BYTES = 64 * 1024 * 1024
+_temps = _threading.local()
+
+
+def _temp(str slot, object shape, object dtype):
+    """An uninitialized array of `shape`, reused by the next call on this thread with the same
+    slot: the caller must overwrite it and must not return it."""
+    dt = _np.dtype(dtype)
+    cdef Py_ssize_t n = 1, s
+    for s in shape:
+        n *= s
+    cdef Py_ssize_t nbytes = n * dt.itemsize
+    if nbytes > TEMP_CACHE_BYTES:
+        return _np.empty(shape, dtype=dt)
+    cache = getattr(_temps, "bufs", None)
+    if cache is None:
+        cache = _temps.bufs = {}
+    buf = cache.get(slot)
+    if buf is None or buf.shape[0] < nbytes:
+        buf = cache[slot] = _np.empty(max(nbytes, 64), dtype=_np.uint8)
+    return buf[:nbytes].view(dt).reshape(shape)
+
+
+def _work(object x, object npwork, str code, int nthreads=1, str slot=None):
     """The core's flat work array for a float input: bf16/f16 widened to float32 in C (exact),
-    other dtypes through _validation.work."""
+    into the reused temporary `slot`; other dtypes through _validation.work."""
     if x is None or code not in ("BF16", "F16"):
         return _v.work(x, npwork)
-    cdef unsigned short[::1] bits = _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
-    out = _np.empty(bits.shape[0], dtype=_np.float32)
+    cdef const unsigned short[::1] bits = _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
+    out = _temp(slot, (bits.shape[0],), _np.float32) if slot is not None else _np.empty(bits.shape[0], dtype=_np.float32)
     cdef float[::1] o = out
     cdef int is_f16 = code == "F16"
     if bits.shape[0]:
         with nogil:
-            _convert_par(&bits[0], &o[0], bits.shape[0], is_f16, True, nthreads)
+            _convert_par(<unsigned short*>&bits[0], &o[0], bits.shape[0], is_f16, True, nthreads)  # read only
     return out
 
 
@@ -104,7 +133,9 @@ cdef Py_ssize_t _kv_chunk(Py_ssize_t per_head, Py_ssize_t itemsize, Py_ssize_t n
 
 
 cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
-                     bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads, bint naive):
+                     bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads, bint naive,
+                     bint bf16_pairs=False):
+    """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if out.shape[0] == 0:
@@ -118,14 +149,17 @@ cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, rea
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
     cdef Py_ssize_t chunk = _kv_chunk(per_head, sizeof(real_t), nkv_total)
     dt = _work_dtype(<real_t*>NULL)
-    cdef real_t[::1] ktp = _np.empty(chunk * per_head, dtype=dt)
+    cdef Py_ssize_t D2 = (sh.D + 1) // 2
+    cdef real_t[::1] ktp = _np.empty(1 if bf16_pairs else chunk * per_head, dtype=dt)
+    cdef unsigned int[::1] kpp = _np.empty(chunk * ntiles * D2 * BC if bf16_pairs else 1, dtype=_np.uint32)
+    cdef unsigned int* kpp_p = &kpp[0] if bf16_pairs else NULL
     cdef Py_ssize_t ntasks, per_thread, kv0, nkv
     if naive:
         ntasks = chunk * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_NAIVE)
         per_thread = 2 * BR_NAIVE * sh.D + BR_NAIVE * ntiles * BC
     else:
         ntasks = chunk * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_FLASH)
-        per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH
+        per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * D2
     cdef int nt = <int>min(nthreads, ntasks)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
     cdef real_t* sp = &slopes[0] if has_slopes else NULL
@@ -134,12 +168,16 @@ cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, rea
         kv0 = 0
         while kv0 < nkv_total:
             nkv = min(chunk, nkv_total - kv0)
-            pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
+            if real_t is float:
+                if bf16_pairs:
+                    pack_heads_pairs(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
+            if not bf16_pairs:
+                pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
             if naive:
                 naive_forward_core(tag, kv0, nkv, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o,
                                    &scratch[0], per_thread, nt)
             else:
-                flash_forward_core(tag, kv0, nkv, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o,
+                flash_forward_core(tag, kv0, nkv, &q[0], &ktp[0], kpp_p, &v[0], sp, &out[0], &sh, &o,
                                    &scratch[0], per_thread, nt)
             kv0 += nkv
 
@@ -147,6 +185,16 @@ cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, rea
 cdef object drive_attention_flash(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
                                   bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
     _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, False)
+
+
+cdef object drive_attention_flash_half(RoundNone tag, float[::1] q, float[::1] k, float[::1] v,
+                                       float[::1] slopes, bint has_slopes, float[::1] out, tuple dims,
+                                       dict params, int nthreads, int is_f16):
+    """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
+    level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16);
+    otherwise, and for f16, the float32 loops."""
+    _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, False,
+             bool(FC_HAVE_DPBF16) and not is_f16)
 
 
 cdef object drive_attention_naive(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
@@ -175,14 +223,46 @@ cdef object drive_attention_paged_naive(rnd_t tag, real_t[::1] q, real_t[::1] kc
     cdef double scale = params["softmax_scale"]
     cdef double cap = params.get("softcap") or 0.0
     with nogil:
-        paged_forward_core(tag, &q[0], &kc[0], &vc[0], &table[0], &ctx_lens[0], sp, &out[0], &sh,
-                           scale, cap, &scratch[0], per_thread, nt)
+        paged_forward_core(tag, &q[0], &kc[0], &vc[0], NULL, NULL, 0, &table[0], &ctx_lens[0], sp,
+                           &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
 
 
-cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v,
-                                           real_t[::1] dout, real_t[::1] slopes, bint has_slopes,
-                                           real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
-                                           tuple dims, dict params, int nthreads):
+cdef object drive_attention_paged_half(RoundNone tag, float[::1] q, const unsigned short[::1] kc,
+                                       const unsigned short[::1] vc, unsigned int[::1] table,
+                                       unsigned int[::1] ctx_lens, float[::1] slopes, bint has_slopes,
+                                       float[::1] out, tuple dims, dict params, int nthreads, int is_f16):
+    """Paged decode over a bf16/f16 pool under float32 compute, read in place: no widened copy of
+    the pool (the cores widen each group of keys as they go, exactly), so a decode step reads the
+    cache at two bytes an element.  Same bits as drive_attention_paged_naive on the widened pool."""
+    cdef PagedShape sh
+    sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.D, sh.block_size, sh.max_blocks, sh.num_blocks = dims
+    if out.shape[0] == 0:
+        return
+    if sh.D == 0 or sh.max_blocks * sh.block_size == 0:
+        out[:] = 0
+        return
+    paged_split(&sh, nthreads)
+    cdef Py_ssize_t ntasks = paged_tasks(&sh)
+    cdef Py_ssize_t per_thread = paged_scratch(&sh)
+    cdef int nt = <int>min(nthreads, ntasks)
+    cdef float[::1] scratch = _np.empty(nt * per_thread, dtype=_np.float32)
+    cdef float* sp = &slopes[0] if has_slopes else NULL
+    cdef double scale = params["softmax_scale"]
+    cdef double cap = params.get("softcap") or 0.0
+    with nogil:
+        paged_forward_core(tag, &q[0], <float*>NULL, <float*>NULL, &kc[0], &vc[0], is_f16, &table[0],
+                           &ctx_lens[0], sp, &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
+
+
+def _bits(object x):
+    """A bf16/f16 input's storage as a flat uint16 view (no copy of a contiguous input)."""
+    return _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
+
+
+cdef object _backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] dout,
+                      real_t[::1] slopes, bint has_slopes, real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
+                      tuple dims, dict params, int nthreads, bint bf16_pairs):
+    """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if sh.B * sh.Hq * sh.Sq * sh.Sk * sh.D == 0:
@@ -192,13 +272,19 @@ cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1]
         return
     cdef AttnOpts o = _opts(params, sh.Sk)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
-    cdef Py_ssize_t per_head = ntiles * sh.D * BC
+    cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
     cdef Py_ssize_t chunk = _kv_chunk(2 * per_head, sizeof(real_t), nkv_total)
     dt = _work_dtype(<real_t*>NULL)
-    cdef real_t[::1] ktp = _np.empty(chunk * per_head, dtype=dt)
-    cdef real_t[::1] vtp = _np.empty(chunk * per_head, dtype=dt)
-    cdef Py_ssize_t per_thread = 3 * BR_BWD * sh.D + 5 * BR_BWD * Skp + 2 * Skp * sh.D
+    cdef Py_ssize_t packed = 1 if bf16_pairs else chunk * per_head
+    cdef real_t[::1] ktp = _np.empty(packed, dtype=dt)
+    cdef real_t[::1] vtp = _np.empty(packed, dtype=dt)
+    cdef Py_ssize_t pairs = chunk * ntiles * D2 * BC if bf16_pairs else 1
+    cdef unsigned int[::1] kpp = _np.empty(pairs, dtype=_np.uint32)
+    cdef unsigned int[::1] vpp = _np.empty(pairs, dtype=_np.uint32)
+    cdef unsigned int* kpp_p = &kpp[0] if bf16_pairs else NULL
+    cdef unsigned int* vpp_p = &vpp[0] if bf16_pairs else NULL
+    cdef Py_ssize_t per_thread = 3 * BR_BWD * sh.D + 5 * BR_BWD * Skp + 2 * Skp * sh.D + 2 * BR_BWD * D2
     cdef int nt = <int>min(nthreads, chunk)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
     cdef real_t* sp = &slopes[0] if has_slopes else NULL
@@ -207,11 +293,34 @@ cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1]
         kv0 = 0
         while kv0 < nkv_total:
             nkv = min(chunk, nkv_total - kv0)
-            pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
-            pack_heads(&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &vtp[0], nt)
-            backward_core(tag, kv0, nkv, &q[0], &k[0], &ktp[0], &vtp[0], &dout[0], sp, &dq[0], &dk[0],
-                          &dv[0], &sh, &o, &scratch[0], per_thread, nt)
+            if real_t is float:
+                if bf16_pairs:
+                    pack_heads_pairs(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
+                    pack_heads_pairs(&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, vpp_p, nt)
+            if not bf16_pairs:
+                pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
+                pack_heads(&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &vtp[0], nt)
+            backward_core(tag, kv0, nkv, &q[0], &k[0], &ktp[0], &vtp[0], kpp_p, vpp_p, &dout[0], sp,
+                          &dq[0], &dk[0], &dv[0], &sh, &o, &scratch[0], per_thread, nt)
             kv0 += nkv
+
+
+cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v,
+                                           real_t[::1] dout, real_t[::1] slopes, bint has_slopes,
+                                           real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
+                                           tuple dims, dict params, int nthreads):
+    _backward(tag, q, k, v, dout, slopes, has_slopes, dq, dk, dv, dims, params, nthreads, False)
+
+
+cdef object drive_attention_flash_backward_half(RoundNone tag, float[::1] q, float[::1] k, float[::1] v,
+                                                float[::1] dout, float[::1] slopes, bint has_slopes,
+                                                float[::1] dq, float[::1] dk, float[::1] dv,
+                                                tuple dims, dict params, int nthreads, int is_f16):
+    """The backward on bf16/f16 inputs (widened exactly) under float32 compute: with AVX512-BF16,
+    bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products; the three products with P and dS
+    (float32 values) stay float32 FMAs."""
+    _backward(tag, q, k, v, dout, slopes, has_slopes, dq, dk, dv, dims, params, nthreads,
+              bool(FC_HAVE_DPBF16) and not is_f16)
 
 
 def _core_round(float[::1] x, str code):
@@ -244,6 +353,10 @@ def _core_round_vec(float[::1] x, str which):
     return out
 
 
+# whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
+_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)
+
+
 # whether the f32 softmax uses the AVX-512 exp (else fc_expf, which flushes below exp(-86.5))
 _HAVE_AVX512_EXP = bool(FC_HAVE_EXP16)
 
@@ -273,3 +386,28 @@ def _core_expf(float[::1] x):
     for i in range(x.shape[0]):
         o[i] = fc_expf(x[i])
     return out
+
+
+def _core_qk_dpbf16(float[:, ::1] q, float[:, ::1] k):
+    """Testing hook: fc_qk_dpbf16's scores S [rows, keys] for bf16-valued q [rows, D] and k
+    [keys <= 128, D].  None when this level has no AVX512-BF16."""
+    if not FC_HAVE_DPBF16:
+        return None
+    cdef Py_ssize_t nr = q.shape[0], D = q.shape[1], n = k.shape[0], j
+    cdef Py_ssize_t nr4 = (nr + NR - 1) // NR * NR, D2 = (D + 1) // 2
+    if n > BC or k.shape[1] != D or D == 0:
+        raise ValueError("k must be [<= 128, D], D > 0")
+    qpad = _np.zeros((max(nr4, 1), max(D, 1)), dtype=_np.float32)
+    qpad[:nr, :D] = q
+    cdef float[:, ::1] qp = qpad
+    cdef unsigned int[::1] qpairs = _np.zeros(max(nr4, 1) * D2 + 1, dtype=_np.uint32)
+    cdef unsigned int[::1] kpairs = _np.zeros(D2 * BC + 1, dtype=_np.uint32)
+    s = _np.zeros((max(nr4, 1), BC), dtype=_np.float32)
+    cdef float[:, ::1] sv = s
+    cdef float* rows[BC]
+    for j in range(n):
+        rows[j] = &k[j, 0]
+    fc_pair_rows_bf16(&qp[0, 0], nr4, D, &qpairs[0], D2)
+    fc_pack_k_pairs_bf16(rows, n, D, &kpairs[0])
+    fc_qk_dpbf16(&qpairs[0], nr4, D2, &kpairs[0], &sv[0, 0], BC, n)
+    return s[:nr, :n].copy()

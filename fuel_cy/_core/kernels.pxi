@@ -41,9 +41,34 @@ cdef void pack_heads(real_t* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, 
         pack_head_tile(k, task, ntiles, Sk, D, out)
 
 
-cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp, real_t* v,
-                            real_t* slopes, real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
-    # task -> (kv head kv0 + i, its query head g, query tile); ktp holds the packed K of kv heads from kv0
+cdef inline void pack_head_tile_pairs(float* k, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
+                                      Py_ssize_t D, unsigned int* out) noexcept nogil:
+    cdef Py_ssize_t head = task // ntiles, t = task % ntiles, jj, n
+    cdef float* rows[BC]
+    n = Sk - t * BC
+    if n > BC:
+        n = BC
+    for jj in range(n):
+        rows[jj] = k + (head * Sk + t * BC + jj) * D
+    fc_pack_k_pairs_bf16(rows, n, D, out + task * ((D + 1) // 2) * BC)
+
+
+cdef void pack_heads_pairs(float* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
+                           int nthreads) noexcept nogil:
+    """bf16-valued K [nheads, Sk, D] -> bf16 pairs [nheads][ceil(Sk/BC)][ceil(D/2)][BC] for
+    fc_qk_dpbf16."""
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t task
+    for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
+        pack_head_tile_pairs(k, task, ntiles, Sk, D, out)
+
+
+cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp,
+                            const unsigned int* kpp, real_t* v, real_t* slopes, real_t* out, Shape* sh,
+                            AttnOpts* o, real_t* buf) noexcept nogil:
+    # task -> (kv head kv0 + i, its query head g, query tile); ktp holds the packed K of kv heads from kv0.
+    # kpp, when not NULL (bf16 inputs under float32 compute, drive_attention_flash_half), holds
+    # them as bf16 pairs instead, and the scores come from fc_qk_dpbf16.
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
     cdef Py_ssize_t nqt = ceil_div(Sq, BR_FLASH), ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t G = sh.Hq // sh.Hkv
@@ -56,6 +81,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t* O = S + BR_FLASH * BC
     cdef real_t* m = O + BR_FLASH * D
     cdef real_t* l = m + BR_FLASH
+    cdef unsigned int* Qp = <unsigned int*>(l + BR_FLASH)   # BR_FLASH * D2: Q as bf16 pairs
+    cdef Py_ssize_t D2 = (D + 1) // 2
     cdef real_t* rows[BC]
     cdef real_t* srow
     cdef real_t* orow
@@ -72,6 +99,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         nr = BR_FLASH
     nr4 = (nr + NR - 1) // NR * NR
     copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
+    if rnd_t is RoundNone and real_t is float:
+        if kpp != NULL:
+            fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
     zero(O, nr4 * D)
     for r in range(nr):
         m[r] = -INFINITY
@@ -97,7 +127,11 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
         if plain and cls == 1 and i0 + nr - j0 < nc:
             nc = i0 + nr - j0
-        qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC, nc)
+        if kpp != NULL:
+            if rnd_t is RoundNone and real_t is float:
+                fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
+        else:
+            qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC, nc)
         for r in range(nr):
             srow = S + r * BC
             nrow = nc
@@ -141,14 +175,14 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             orow[d] = R(tag, O[r * D + d] / li) if li != 0 else 0
 
 
-cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* ktp, real_t* v,
-                             real_t* slopes, real_t* out, Shape* sh, AttnOpts* o, real_t* scratch,
-                             Py_ssize_t per_thread, int nthreads) noexcept nogil:
+cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* ktp,
+                             const unsigned int* kpp, real_t* v, real_t* slopes, real_t* out, Shape* sh,
+                             AttnOpts* o, real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
     """Every query row served by kv heads [kv0, kv0 + nkv) (of the flattened B * Hkv)."""
     cdef Py_ssize_t ntasks = nkv * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_FLASH)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
-        flash_task(tag, task, kv0, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
+        flash_task(tag, task, kv0, q, ktp, kpp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
 
 
 cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp, real_t* v,
@@ -250,12 +284,16 @@ cdef inline Py_ssize_t paged_tasks(PagedShape* sh) noexcept nogil:
 
 cdef inline Py_ssize_t paged_scratch(PagedShape* sh) noexcept nogil:
     cdef Py_ssize_t rows = sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR)
-    return 2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
+    return (2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
+            + FC_H16_GROUP * sh.heads_per_task * sh.D)  # the last: a half pool's widened key group
 
 
 cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, real_t* vc,
+                            const unsigned short* kc16, const unsigned short* vc16, int is_f16,
                             unsigned int* table, unsigned int* ctx_lens, real_t* slopes, real_t* out,
                             PagedShape* sh, double scale_in, double cap_in, real_t* buf) noexcept nogil:
+    """kc16/vc16, when not NULL, are a bf16/f16 pool read in place (float32 compute only; kc/vc
+    are then unused)."""
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, bs = sh.block_size, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t cap_keys = sh.max_blocks * bs
     cdef Py_ssize_t Skp = ceil_div(cap_keys, BC) * BC
@@ -274,7 +312,9 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef real_t* O = Qs + nh * nr4 * D
     cdef real_t* Kt = O + nh * nr4 * D
     cdef real_t* S = Kt + D * BC
+    cdef real_t* W = S + nh * nr4 * Skp   # FC_H16_GROUP * nh * D: a half pool's widened keys
     cdef real_t* rows[BC]
+    cdef const unsigned short* rows16[BC]
     cdef real_t* hrows[BC]
     cdef real_t scale = R(tag, <real_t>scale_in)
     cdef real_t cap = R(tag, <real_t>cap_in)
@@ -298,6 +338,14 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         nc = kend - j0
         if nc > BC:
             nc = BC
+        if rnd_t is RoundNone and real_t is float:
+            if kc16 != NULL:
+                for jj in range(nc):
+                    kj = j0 + jj
+                    blk = table[b * sh.max_blocks + kj // bs]
+                    rows16[jj] = kc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
+                fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, S + j0, Skp, W, is_f16)
+                continue
         for jj in range(nc):
             kj = j0 + jj
             blk = table[b * sh.max_blocks + kj // bs]
@@ -331,6 +379,14 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         nc = kend - j0
         if nc > BC:
             nc = BC
+        if rnd_t is RoundNone and real_t is float:
+            if vc16 != NULL:
+                for jj in range(nc):
+                    kj = j0 + jj
+                    blk = table[b * sh.max_blocks + kj // bs]
+                    rows16[jj] = vc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
+                fc_pv_heads_h16(S + j0, Skp, nh, nr4, nc, rows16, D, O, D, W, is_f16)
+                continue
         for jj in range(nc):
             kj = j0 + jj
             blk = table[b * sh.max_blocks + kj // bs]
@@ -354,15 +410,16 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                 out[((b * sh.Hq + h) * Sq + qp) * D + d] = O[(hl * nr4 + r) * D + d]
 
 
-cdef void paged_forward_core(rnd_t tag, real_t* q, real_t* kc, real_t* vc, unsigned int* table,
-                             unsigned int* ctx_lens, real_t* slopes, real_t* out, PagedShape* sh,
-                             double scale, double cap, real_t* scratch, Py_ssize_t per_thread,
-                             int nthreads) noexcept nogil:
+cdef void paged_forward_core(rnd_t tag, real_t* q, real_t* kc, real_t* vc,
+                             const unsigned short* kc16, const unsigned short* vc16, int is_f16,
+                             unsigned int* table, unsigned int* ctx_lens, real_t* slopes, real_t* out,
+                             PagedShape* sh, double scale, double cap, real_t* scratch,
+                             Py_ssize_t per_thread, int nthreads) noexcept nogil:
     cdef Py_ssize_t ntasks = paged_tasks(sh)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
-        paged_task(tag, task, q, kc, vc, table, ctx_lens, slopes, out, sh, scale, cap,
-                   scratch + threadid() * per_thread)
+        paged_task(tag, task, q, kc, vc, kc16, vc16, is_f16, table, ctx_lens, slopes, out, sh, scale,
+                   cap, scratch + threadid() * per_thread)
 
 
 cdef inline void transpose_pad(real_t* src, Py_ssize_t lds, Py_ssize_t nrows4, Py_ssize_t ncols,
@@ -376,8 +433,11 @@ cdef inline void transpose_pad(real_t* src, Py_ssize_t lds, Py_ssize_t nrows4, P
 
 
 cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* k, real_t* ktp, real_t* vtp,
+                               const unsigned int* kpp, const unsigned int* vpp,
                                real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                                Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+    # kpp/vpp, when not NULL (bf16 inputs under float32 compute), hold K and V as bf16 pairs
+    # instead of ktp/vtp: S = Q K^T and dP = dO V^T come from fc_qk_dpbf16
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), Skp = ntiles * BC, Sk4 = (Sk + NR - 1) // NR * NR
     cdef Py_ssize_t kvh = kv0 + task
@@ -393,6 +453,9 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef real_t* dSt = Pt + BR_BWD * Skp
     cdef real_t* dKa = dSt + BR_BWD * Skp
     cdef real_t* dVa = dKa + Skp * D
+    cdef Py_ssize_t D2 = (D + 1) // 2
+    cdef unsigned int* Qp = <unsigned int*>(dVa + Skp * D)   # BR_BWD * D2 each: Q and dO as bf16 pairs
+    cdef unsigned int* dOp = Qp + BR_BWD * D2
     cdef real_t* rows[BC]
     cdef real_t* kbase = k + (b * sh.Hkv + hk) * Sk * D
     cdef real_t* kth = ktp + task * ntiles * D * BC
@@ -431,9 +494,17 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
             n4 = (n + NR - 1) // NR * NR
             copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
             copy_rows_padded(dout + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, dOs)
-            for t in range(t0, t1):
-                qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp, BC)
-                qk_tile(tag, dOs, nr4, D, vth + t * D * BC, dP + (t - t0) * BC, Skp, BC)
+            if kpp != NULL:
+                if rnd_t is RoundNone and real_t is float:
+                    fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
+                    fc_pair_rows_bf16(dOs, nr4, D, dOp, D2)
+                    for t in range(t0, t1):
+                        fc_qk_dpbf16(Qp, nr4, D2, kpp + (task * ntiles + t) * D2 * BC, S + (t - t0) * BC, Skp, BC)
+                        fc_qk_dpbf16(dOp, nr4, D2, vpp + (task * ntiles + t) * D2 * BC, dP + (t - t0) * BC, Skp, BC)
+            else:
+                for t in range(t0, t1):
+                    qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp, BC)
+                    qk_tile(tag, dOs, nr4, D, vth + t * D * BC, dP + (t - t0) * BC, Skp, BC)
             for r in range(nr):
                 srow = S + r * Skp
                 dprow = dP + r * Skp
@@ -492,10 +563,11 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
 
 
 cdef void backward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* k, real_t* ktp,
-                        real_t* vtp, real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
-                        Shape* sh, AttnOpts* o, real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
+                        real_t* vtp, const unsigned int* kpp, const unsigned int* vpp, real_t* dout,
+                        real_t* slopes, real_t* dq, real_t* dk, real_t* dv, Shape* sh, AttnOpts* o,
+                        real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
     """Gradients for kv heads [kv0, kv0 + nkv): each task owns one (batch, kv head)'s dK/dV."""
     cdef Py_ssize_t task
     for task in prange(nkv, schedule='dynamic', num_threads=nthreads):
-        backward_task(tag, task, kv0, q, k, ktp, vtp, dout, slopes, dq, dk, dv, sh, o,
+        backward_task(tag, task, kv0, q, k, ktp, vtp, kpp, vpp, dout, slopes, dq, dk, dv, sh, o,
                       scratch + threadid() * per_thread)

@@ -17,6 +17,10 @@ class CoreBinding:
     driver: str                    # drive_<driver> in drivers.pxi (also the key of _prose_checks.RULES)
     dims: tuple[str, ...]          # dim symbols (contract spelling) of the tuple the driver takes
     half_prepare: Optional[str] = None  # step applied to a half-type call's inputs before widening
+    # bf16/f16 calls go to drive_<half_driver> instead, which takes is_f16 last and reads the
+    # `half_storage` inputs in their 16-bit storage (uint16 views, never widened copies)
+    half_driver: Optional[str] = None
+    half_storage: tuple[str, ...] = ()
 
 
 BINDINGS: Mapping[str, CoreBinding] = {
@@ -27,9 +31,14 @@ BINDINGS: Mapping[str, CoreBinding] = {
     "attention_flash_backward": CoreBinding("attention_flash_backward", FORWARD_DIMS),
     # fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): the same drivers, run under
     # the float32 policy (precision.compute: f32)
-    "attention_flash_mixed": CoreBinding("attention_flash", FORWARD_DIMS),
-    "attention_paged_mixed": CoreBinding("attention_paged_naive", PAGED_DIMS, "_paged_live_blocks"),
-    "attention_flash_backward_mixed": CoreBinding("attention_flash_backward", FORWARD_DIMS),
+    # bf16 scores by vdpbf16ps where the CPU level has AVX512-BF16
+    "attention_flash_mixed": CoreBinding("attention_flash", FORWARD_DIMS, half_driver="attention_flash_half"),
+    # the mixed paged kernel reads a bf16/f16 pool in place (decode is bound by the pool's bytes)
+    "attention_paged_mixed": CoreBinding("attention_paged_naive", PAGED_DIMS,
+                                         half_driver="attention_paged_half",
+                                         half_storage=("k_cache", "v_cache")),
+    "attention_flash_backward_mixed": CoreBinding("attention_flash_backward", FORWARD_DIMS,
+                                                  half_driver="attention_flash_backward_half"),
 }
 
 # contract dtype -> (rounding tag, C work type, numpy work dtype) under "math in T"

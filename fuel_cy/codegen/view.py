@@ -199,6 +199,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         "driver": has_driver,
         "driver_name": binding.driver if binding is not None and has_driver else None,
         "half_prepare": binding.half_prepare if binding is not None and has_driver else None,
+        "half_driver": binding.half_driver if binding is not None and has_driver else None,
+        "half_storage": list(binding.half_storage) if binding is not None and has_driver else [],
         "driver_dims": [dim_source[s] for s in binding.dims if s in dim_source] if binding is not None and has_driver else [],
         "symbol_sources": symbol_sources,
         "cost": {
