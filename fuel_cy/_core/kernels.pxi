@@ -344,7 +344,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                     kj = j0 + jj
                     blk = table[b * sh.max_blocks + kj // bs]
                     rows16[jj] = kc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
-                fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, S + j0, Skp, W, is_f16)
+                fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, S + j0, Skp, is_f16)
                 continue
         for jj in range(nc):
             kj = j0 + jj

@@ -70,7 +70,7 @@ cdef extern from "fc_simd.h" nogil:
     void fc_narrow_half(const float* x, unsigned short* out, Py_ssize_t n, int is_f16)
     void fc_rowdots_heads_h16(const float* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D,
                               const unsigned short** krows, Py_ssize_t ncols, float* S, Py_ssize_t lds,
-                              float* wbuf, int is_f16)
+                              int is_f16)
     void fc_pv_heads_h16(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                          const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
                          float* wbuf, int is_f16)
