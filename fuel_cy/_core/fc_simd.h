@@ -521,20 +521,10 @@ static inline void fc_widen_half(const uint16_t* x, float* out, ptrdiff_t n, int
     for (; i < n; i++) out[i] = is_f16 ? fc_f16_bits_to_f32(x[i]) : fc_bf16_bits_to_f32(x[i]);
 }
 /* Paged decode straight from a bf16/f16 pool (the float32-compute kernels): the pool is read once
- * at two bytes an element and no widened copy of it is made.  Key rows are widened in registers
- * inside the dots (fc_rowdots2_h16: 2-16% faster than widening them into a buffer first); each
- * group of value rows, every kv head of a key at once, is widened (exactly) into wbuf
- * (FC_H16_GROUP * nheads * D floats) for the float32 PV loop.  The bits are those of the float32
- * loops on a widened pool.  Each key row of the next group is prefetched as this group's rows are
- * widened. */
-static inline void fc_widen_keys(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t len, float* wbuf,
-                                 int is_f16, const uint16_t* const* next, ptrdiff_t nnext) {
-    for (ptrdiff_t j = 0; j < n; j++) {
-        if (j < nnext) fc_prefetch_row(next[j], len * sizeof(uint16_t));
-        fc_widen_half(rows[j], wbuf + j * len, len, is_f16);
-    }
-}
-/* A vector of float32 from FC_W32 bf16 (IS_F16 = 0) or f16 (1) values: exact widening. */
+ * at two bytes an element and no widened copy of it is made.  Key and value rows are widened in
+ * registers inside the dots and the PV loop; the bits are those of the float32 loops on a widened
+ * pool (same lanes, same order).  Against widening each group of rows into a buffer first this
+ * measured 2-16% (keys) and 20-24% (values) faster at B=16 Hq=32 Hkv=8 D=128 on Zen 4. *//* A vector of float32 from FC_W32 bf16 (IS_F16 = 0) or f16 (1) values: exact widening. */
 static inline fc_vec_f32 fc_load_h16(const uint16_t* p, int is_f16) {
 #if defined(__AVX512F__)
     __m256i h = _mm256_loadu_si256((const __m256i*)p);
@@ -583,10 +573,11 @@ static inline void fc_rowdots2_h16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D
         }
     }
 }
-/* Keys widened per group: 8 keys of every kv head (32 KB of floats at Hkv=8, D=128) measured
- * 5-7% faster than 4 or 16 at B=16 Hkv=8 D=128 on Zen 4; prefetching 2 or 4 groups ahead made no
- * difference. */
+/* Keys per group of the half-pool heads loops, and how many groups ahead their rows are
+ * prefetched: at B=16 Hq=32 Hkv=8 D=128 ctx 2048 on Zen 4, groups of 8 prefetched 2 ahead
+ * measured 3-4% faster than 1 or 4 ahead, and groups of 16 15% slower. */
 #define FC_H16_GROUP 8
+#define FC_H16_AHEAD 2
 static inline void fc_rowdots_heads_h16(const float* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D,
                                         const uint16_t* const* krows, ptrdiff_t ncols, float* S,
                                         ptrdiff_t lds, int is_f16) {
@@ -594,26 +585,76 @@ static inline void fc_rowdots_heads_h16(const float* Q, ptrdiff_t nheads, ptrdif
     const ptrdiff_t len = nheads * D;
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_H16_GROUP) {
         ptrdiff_t n = ncols - j0 < FC_H16_GROUP ? ncols - j0 : FC_H16_GROUP;
-        ptrdiff_t nn = ncols - j0 - n < FC_H16_GROUP ? ncols - j0 - n : FC_H16_GROUP;
-        fc_prefetch_keys((void* const*)(krows + j0 + n), nn, len * sizeof(uint16_t));
+        ptrdiff_t pf = j0 + FC_H16_AHEAD * FC_H16_GROUP;
+        ptrdiff_t nn = pf >= ncols ? 0 : (ncols - pf < FC_H16_GROUP ? ncols - pf : FC_H16_GROUP);
+        fc_prefetch_keys((void* const*)(krows + pf), nn, len * sizeof(uint16_t));
         for (ptrdiff_t h = 0; h < nheads; h++) {
             for (ptrdiff_t j = 0; j < n; j++) hrows[j] = krows[j0 + j] + h * D;
             fc_rowdots2_h16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, is_f16);
         }
     }
 }
+/* O[i, :] += sum_j P[i, j] * V[j, :] on bf16/f16 value rows, widened in registers, in blocks of
+ * 4 rows: every element is the same multiply-add chain over j as in fc_pv_f32, so the same bits. */
+static inline void fc_pv_h16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                             const uint16_t* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo, int is_f16) {
+    ptrdiff_t d0 = 0;
+    for (; d0 + 2 * FC_W32 <= D; d0 += 2 * FC_W32) {
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
+            const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+            float *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
+            fc_vec_f32 a0 = fc_load_f32(o0), b0 = fc_load_f32(o0 + FC_W32);
+            fc_vec_f32 a1 = fc_load_f32(o1), b1 = fc_load_f32(o1 + FC_W32);
+            fc_vec_f32 a2 = fc_load_f32(o2), b2 = fc_load_f32(o2 + FC_W32);
+            fc_vec_f32 a3 = fc_load_f32(o3), b3 = fc_load_f32(o3 + FC_W32);
+            for (ptrdiff_t j = 0; j < ncols; j++) {
+                fc_vec_f32 v0 = fc_load_h16(vrows[j] + d0, is_f16), v1 = fc_load_h16(vrows[j] + d0 + FC_W32, is_f16);
+                a0 += p0[j] * v0; b0 += p0[j] * v1; a1 += p1[j] * v0; b1 += p1[j] * v1;
+                a2 += p2[j] * v0; b2 += p2[j] * v1; a3 += p3[j] * v0; b3 += p3[j] * v1;
+            }
+            fc_store_f32(o0, a0); fc_store_f32(o0 + FC_W32, b0); fc_store_f32(o1, a1); fc_store_f32(o1 + FC_W32, b1);
+            fc_store_f32(o2, a2); fc_store_f32(o2 + FC_W32, b2); fc_store_f32(o3, a3); fc_store_f32(o3 + FC_W32, b3);
+        }
+    }
+    for (; d0 + FC_W32 <= D; d0 += FC_W32) {
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
+            const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+            float *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
+            fc_vec_f32 a0 = fc_load_f32(o0), a1 = fc_load_f32(o1), a2 = fc_load_f32(o2), a3 = fc_load_f32(o3);
+            for (ptrdiff_t j = 0; j < ncols; j++) {
+                fc_vec_f32 v0 = fc_load_h16(vrows[j] + d0, is_f16);
+                a0 += p0[j] * v0; a1 += p1[j] * v0; a2 += p2[j] * v0; a3 += p3[j] * v0;
+            }
+            fc_store_f32(o0, a0); fc_store_f32(o1, a1); fc_store_f32(o2, a2); fc_store_f32(o3, a3);
+        }
+    }
+    for (; d0 < D; d0++) {
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
+            const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+            float *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
+            float a0 = *o0, a1 = *o1, a2 = *o2, a3 = *o3;
+            for (ptrdiff_t j = 0; j < ncols; j++) {
+                uint16_t h = vrows[j][d0];
+                float v = is_f16 ? fc_f16_bits_to_f32(h) : fc_bf16_bits_to_f32(h);
+                a0 += p0[j] * v; a1 += p1[j] * v; a2 += p2[j] * v; a3 += p3[j] * v;
+            }
+            *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;
+        }
+    }
+}
 static inline void fc_pv_heads_h16(const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4,
                                    ptrdiff_t ncols, const uint16_t* const* vrows, ptrdiff_t D, float* O,
-                                   ptrdiff_t ldo, float* wbuf, int is_f16) {
-    float* hrows[FC_H16_GROUP];
+                                   ptrdiff_t ldo, int is_f16) {
+    const uint16_t* hrows[FC_H16_GROUP];
     const ptrdiff_t len = nheads * D;
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_H16_GROUP) {
         ptrdiff_t n = ncols - j0 < FC_H16_GROUP ? ncols - j0 : FC_H16_GROUP;
-        ptrdiff_t nn = ncols - j0 - n < FC_H16_GROUP ? ncols - j0 - n : FC_H16_GROUP;
-        fc_widen_keys(vrows + j0, n, len, wbuf, is_f16, vrows + j0 + n, nn);
+        ptrdiff_t pf = j0 + FC_H16_AHEAD * FC_H16_GROUP;
+        ptrdiff_t nn = pf >= ncols ? 0 : (ncols - pf < FC_H16_GROUP ? ncols - pf : FC_H16_GROUP);
+        fc_prefetch_keys((void* const*)(vrows + pf), nn, len * sizeof(uint16_t));
         for (ptrdiff_t h = 0; h < nheads; h++) {
-            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = wbuf + j * len + h * D;
-            fc_pv_f32(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo);
+            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;
+            fc_pv_h16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16);
         }
     }
 }
@@ -1207,7 +1248,7 @@ static inline void fc_pair_rows_bf16(const float* x, ptrdiff_t rows, ptrdiff_t D
         for (ptrdiff_t p = 0; 2 * p < D; p++) out[r * ldo + p] = fc_bf16_pair(x + r * D, 2 * p, D);
 }
 /* K rows (n <= FC_BC keys of D bf16-valued floats) -> Kp [D2][FC_BC], keys n.. zero. */
-static inline void fc_pack_k_pairs_bf16(const float* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+static inline void fc_pack_k_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
     ptrdiff_t D2 = (D + 1) / 2;
     for (ptrdiff_t j = 0; j < n; j++)
         for (ptrdiff_t p = 0; p < D2; p++) out[p * FC_BC + j] = fc_bf16_pair(rows[j], 2 * p, D);

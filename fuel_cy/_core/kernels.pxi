@@ -284,8 +284,7 @@ cdef inline Py_ssize_t paged_tasks(PagedShape* sh) noexcept nogil:
 
 cdef inline Py_ssize_t paged_scratch(PagedShape* sh) noexcept nogil:
     cdef Py_ssize_t rows = sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR)
-    return (2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
-            + FC_H16_GROUP * sh.heads_per_task * sh.D)  # the last: a half pool's widened key group
+    return 2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
 
 
 cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, real_t* vc,
@@ -312,7 +311,6 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef real_t* O = Qs + nh * nr4 * D
     cdef real_t* Kt = O + nh * nr4 * D
     cdef real_t* S = Kt + D * BC
-    cdef real_t* W = S + nh * nr4 * Skp   # FC_H16_GROUP * nh * D: a half pool's widened keys
     cdef real_t* rows[BC]
     cdef const unsigned short* rows16[BC]
     cdef real_t* hrows[BC]
@@ -385,7 +383,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                     kj = j0 + jj
                     blk = table[b * sh.max_blocks + kj // bs]
                     rows16[jj] = vc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
-                fc_pv_heads_h16(S + j0, Skp, nh, nr4, nc, rows16, D, O, D, W, is_f16)
+                fc_pv_heads_h16(S + j0, Skp, nh, nr4, nc, rows16, D, O, D, is_f16)
                 continue
         for jj in range(nc):
             kj = j0 + jj

@@ -72,14 +72,12 @@ cdef extern from "fc_simd.h" nogil:
                               const unsigned short** krows, Py_ssize_t ncols, float* S, Py_ssize_t lds,
                               int is_f16)
     void fc_pv_heads_h16(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
-                         const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
-                         float* wbuf, int is_f16)
+                         const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo, int is_f16)
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)
     float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
     bint FC_ROWRED_IN_C
-    enum: FC_H16_GROUP   # keys per group widened by the half-pool paged loops
     double fc_exp_scaled_sum16_f64(double* s, Py_ssize_t n, double scale, double m)
     float fc_row_max_f32(const float* s, Py_ssize_t n)
     double fc_row_max_f64(const double* s, Py_ssize_t n)
