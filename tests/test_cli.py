@@ -177,7 +177,8 @@ def test_calibrate_fits_and_cost_predicts_time(tmp_path):
     data = json.loads(target.read_text())
     assert data["version"] == 1 and "machine" in data
     fit = data["fits"]["attention_flash:F32"]
-    assert fit["ns_per_flop"] > 0 and 0 <= fit["heldout_max_rel_err"] < 10
+    # a sound fit predicts held-out shapes within ~10-20% here; 50% leaves room for a noisy machine
+    assert fit["ns_per_flop"] > 0 and 0 <= fit["heldout_max_rel_err"] < 0.5
     assert "held-out" in r.stdout
     cost = json.loads(cli("cost", "attention_flash", "--shape", "q=1,4,512,64", "--shape", "k=1,2,512,64",
                           "--shape", "v=1,2,512,64", "--json", env=env).stdout)

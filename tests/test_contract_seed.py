@@ -13,14 +13,24 @@ def doc(seed_text):
     return parse_document(seed_text, "seed.txt")
 
 
-def test_plain_yaml_load_of_the_seed_loses_the_nesting(seed_text):
-    # Why recovery exists: a naive load of a flattened block never yields accept.inputs.
-    for block in seed_text.split("```fkc\n")[1:]:
+def test_plain_yaml_load_of_the_seed_loses_the_nesting(seed_text, doc):
+    # Why recovery exists: a naive load of a flattened block never yields accept.inputs (as
+    # written, the blocks are not even valid YAML) ...
+    blocks = [block.split("```")[0] for block in seed_text.split("```fkc\n")[1:]]
+    assert len(blocks) == 4
+    lost = 0
+    for block in blocks:
         try:
-            naive = yaml.safe_load(block.split("```")[0])
+            naive = yaml.safe_load(block)
         except yaml.YAMLError:
+            lost += 1
             continue
-        assert not isinstance(naive.get("accept"), dict)
+        accept = naive.get("accept") if isinstance(naive, dict) else None
+        lost += not (isinstance(accept, dict) and "inputs" in accept)
+    assert lost == len(blocks)
+    # ... while the parser recovers every kernel's inputs, with their dtypes
+    assert [len(k.inputs) for k in doc.kernels] == [4, 4, 6, 5]
+    assert all(spec.dtypes for k in doc.kernels for spec in k.inputs)
 
 
 def test_provider_front_matter(doc):

@@ -82,9 +82,11 @@ def test_arbitrary_text_is_either_a_formula_or_rejected(text):
         f = Formula.parse(text)
     except ExprError:
         return
-    # anything accepted is arithmetic over identifiers, numbers and dim refs only
-    assume(f.symbols or True)
+    # anything accepted is arithmetic over identifiers, numbers and dim refs only, and its
+    # canonical text parses back to the same tree
     assert all(ch.isalnum() or ch in "_+-*/(). []" for ch in str(f))
+    assert all(name.isidentifier() for name in f.symbols)
+    assert Formula.parse(str(f)).ast == f.ast
 
 
 def test_constraints_round_trip():

@@ -81,7 +81,9 @@ BWD = [
     ("softcap-alibi", 1, 4, 2, 20, 30, 16, {"softcap": 1.7}, True),
     ("all-combined", 1, 4, 2, 37, 150, 59, {"causal": True, "window_size_left": 9, "softcap": 4.0,
                                             "softmax_scale": 0.25}, True),
-    ("fully-masked", 1, 2, 1, 12, 12, 8, {"window_size_left": 0, "window_size_right": 0, "causal": True}, False),
+    ("diagonal-only", 1, 2, 1, 12, 12, 8, {"window_size_left": 0, "window_size_right": 0, "causal": True}, False),
+    # causal with a left window of 2 over 4 keys: query rows 6..11 admit no key at all
+    ("fully-masked", 1, 2, 1, 12, 4, 8, {"window_size_left": 2, "causal": True}, False),
     ("sk1", 1, 2, 1, 5, 1, 4, {}, False),
     ("d128", 1, 2, 1, 40, 140, 128, {"causal": True}, False),
 ]
@@ -103,6 +105,8 @@ def test_backward_matches_reference(case):
         for got, want in zip((dq, dk, dv), exp):
             assert got.dtype == dtype
             assert relative_error(got, want) <= tol, (case[0], dtype)
+        if case[0] == "fully-masked":  # a row with no admissible key has no gradient at all
+            assert np.all(dq[:, :, 6:] == 0) and np.any(dq[:, :, :6] != 0)
 
 
 @pytest.mark.parametrize("case", [c for c in BWD if c[0] in ("mha", "gqa4-causal", "softcap-alibi", "mqa-window")],
