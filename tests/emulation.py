@@ -121,3 +121,154 @@ def paged(code, q, kc, vc, table, lens, alibi, scale, softcap=None):
                 lo, hi = _range(qpos, True, None, None, n)
                 out[b, h, i] = _row(R, q[b, h, i], keys, vals, sc, cap, slope, qpos, lo, hi, n)
     return out
+
+
+# ---- flash attention and its backward, vectorized over rows (NumPy, not the kernels' code) ------
+# The order of operations of attention_flash in T (site/semantics.md):
+#   scores   as above (dot sequential over d, each product and sum rounded; scale, softcap, ALiBi)
+#   per 128-key tile t, for each row with an admissible key so far:
+#            m' = max(m, max_j s_j); alpha = R(exp(R(m - m'))); p_j = R(exp(R(s_j - m')))
+#            l = R(R(l * alpha) + sum16(p)) (lanes j % 16 of the tile); O = R(O * alpha)
+#            O_d = R(O_d + R(p_j * v_jd)), j in order
+#   output   R(O / l), or 0 for a row with no admissible key
+# The backward (per kv head; query heads of its group in order, rows in order):
+#   P        the row softmax of the scores, as in naive (sum16 over the row, p = R(p / total))
+#   dP       dO . v, rounded like the scores' dot
+#   dS       R(p * R(dp - delta)), delta = dot16(p, dp) (lane partials j % 16, rounded);
+#            softcap: R(dS * R(1 - R(t * t))) with t = the score's rounded tanh
+#   dQ       R(scale * sum_j R(dS_j * k_j)), j in order;  dV += R(p_ij * dO_i), dK += R(dS_ij * q_i),
+#            i in order; dK = R(scale * dK)
+
+def _vector_rounder(code):
+    target = {"BF16": ml_dtypes.bfloat16, "F16": np.float16}[code]
+
+    def R(x):
+        return np.asarray(x, np.float32).astype(target).astype(np.float32)
+
+    return R
+
+
+def _f32_exp_v(x):
+    from fuel_cy.cpu import core
+
+    x = np.ascontiguousarray(x, np.float32)
+    return core()._core_expf(x.reshape(-1)).reshape(x.shape)
+
+
+def _lane_sum(R, x):
+    """sum16 over the last axis: lane partials j % 16 (rounded), then the lanes in order."""
+    lanes = np.zeros(x.shape[:-1] + (16,), np.float32)
+    for j in range(x.shape[-1]):
+        lanes[..., j % 16] = R(lanes[..., j % 16] + x[..., j])
+    total = lanes[..., 0]
+    for lane in range(1, 16):
+        total = R(total + lanes[..., lane])
+    return total
+
+
+def _scores(R, Q, K, scale, cap, slope, causal, left, right, kend):
+    """Rounded scores [rows, kend] for query positions 0..rows-1, masked to -inf, and the
+    rounded tanh of the softcap (or None)."""
+    sq = Q.shape[0]
+    acc = np.zeros((sq, kend), np.float32)
+    for d in range(Q.shape[1]):
+        acc = R(acc + R(Q[:, d:d + 1] * K[None, :kend, d]))
+    s = R(scale * acc)
+    t = None
+    if cap is not None:
+        t = R(np.tanh(R(s / cap).astype(np.float64)).astype(np.float32))
+        s = R(t * cap)
+    i = np.arange(sq)[:, None]
+    j = np.arange(kend)[None, :]
+    if slope is not None:
+        s = R(s + R(slope * R((j - i).astype(np.float32))))
+    lo, hi = np.zeros_like(i), np.full_like(i, kend)
+    if causal:
+        hi = np.minimum(hi, i + 1)
+    if right is not None:
+        hi = np.minimum(hi, i + right + 1)
+    if left is not None:
+        lo = np.maximum(lo, i - left)
+    return np.where((j >= lo) & (j < hi), s, np.float32(-np.inf)), t
+
+
+def flash(code, q, k, v, alibi, scale, causal=False, left=None, right=None, softcap=None, k_len=None):
+    R = _vector_rounder(code)
+    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    b_, hq, sq, d = q.shape
+    sk = k.shape[2]
+    group = hq // k.shape[1]
+    sc = R(np.float32(scale))
+    cap = None if softcap is None else R(np.float32(softcap))
+    kend = sk if k_len is None else min(k_len, sk)
+    out = np.zeros(q.shape, np.float32)
+    for b in range(b_):
+        for h in range(hq):
+            K, V = k[b, h // group], v[b, h // group]
+            slope = None if alibi is None else np.float32(np.asarray(alibi, np.float32)[h])
+            s, _ = _scores(R, q[b, h], K, sc, cap, slope, causal, left, right, kend)
+            m = np.full(sq, -np.inf, np.float32)
+            l = np.zeros(sq, np.float32)
+            O = np.zeros((sq, d), np.float32)
+            for j0 in range(0, kend, 128):
+                st = s[:, j0:j0 + 128]
+                mn = np.maximum(m, st.max(axis=1))
+                live = mn > -np.inf
+                mlive = mn[live][:, None]
+                alpha = R(_f32_exp_v(R(m[live] - mn[live])))
+                p = R(_f32_exp_v(R(st[live] - mlive)))
+                l[live] = R(R(l[live] * alpha) + _lane_sum(R, p))
+                Ol = R(O[live] * alpha[:, None])
+                for jj in range(st.shape[1]):
+                    Ol = R(Ol + R(p[:, jj:jj + 1] * V[j0 + jj][None, :]))
+                O[live] = Ol
+                m[live] = mn[live]
+            nz = l != 0
+            out[b, h][nz] = R(O[nz] / l[nz][:, None])
+    return out
+
+
+def backward(code, q, k, v, do, alibi, scale, causal=False, left=None, right=None, softcap=None):
+    R = _vector_rounder(code)
+    q, k, v, do = (np.asarray(x, np.float32) for x in (q, k, v, do))
+    b_, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    sc = R(np.float32(scale))
+    cap = None if softcap is None else R(np.float32(softcap))
+    dq = np.zeros(q.shape, np.float32)
+    dk = np.zeros(k.shape, np.float32)
+    dv = np.zeros(v.shape, np.float32)
+    for b in range(b_):
+        for hk in range(hkv):
+            K, V = k[b, hk], v[b, hk]
+            dKa = np.zeros((sk, d), np.float32)
+            dVa = np.zeros((sk, d), np.float32)
+            for g in range(group):
+                h = hk * group + g
+                slope = None if alibi is None else np.float32(np.asarray(alibi, np.float32)[h])
+                Q, dO = q[b, h], do[b, h]
+                s, t = _scores(R, Q, K, sc, cap, slope, causal, left, right, sk)
+                dp = np.zeros((sq, sk), np.float32)
+                for e in range(d):
+                    dp = R(dp + R(dO[:, e:e + 1] * V[None, :, e]))
+                m = s.max(axis=1)
+                live = m > -np.inf
+                p = np.zeros_like(s)
+                p[live] = R(_f32_exp_v(R(s[live] - m[live][:, None])))
+                total = _lane_sum(R, p)
+                p[live] = R(p[live] / total[live][:, None])
+                delta = _lane_sum(R, R(p * dp))
+                ds = R(p * R(dp - delta[:, None]))
+                if t is not None:
+                    ds = R(ds * R(1 - R(t * t)))
+                dQa = np.zeros((sq, d), np.float32)
+                for j in range(sk):
+                    dQa = R(dQa + R(ds[:, j:j + 1] * K[j][None, :]))
+                dq[b, h] = R(sc * dQa)
+                for i in range(sq):
+                    dVa = R(dVa + R(p[i][:, None] * dO[i][None, :]))
+                    dKa = R(dKa + R(ds[i][:, None] * Q[i][None, :]))
+            dk[b, hk] = R(sc * dKa)
+            dv[b, hk] = dVa
+    return dq, dk, dv

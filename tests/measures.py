@@ -1,6 +1,9 @@
 """How the tests compare results (numpy only, so tests/wheel_check.py can use it in a bare venv)."""
 from __future__ import annotations
 
+import threading
+import tracemalloc
+
 import numpy as np
 
 
@@ -26,3 +29,26 @@ def ulps16(a, b) -> int:
     if a.size == 0:
         return 0
     return int(np.max(np.abs(line(a) - line(b))))
+
+
+def peak_bytes_in_fresh_thread(call):
+    """(result, peak bytes traced) of call() on a new thread, whose thread-local temporaries start
+    empty, so every array the call needs is allocated while traced."""
+    box = {}
+    tracemalloc.start()
+    try:
+        def run():
+            try:
+                box["out"] = call()
+            except BaseException as exc:  # re-raised on the test's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    if "error" in box:
+        raise box["error"]
+    return box["out"], peak

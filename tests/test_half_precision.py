@@ -10,6 +10,7 @@ import fuel_cy.cpu
 from fuel_cy.cpu import core
 
 import emulation
+from measures import peak_bytes_in_fresh_thread
 
 
 def _interesting_floats():
@@ -159,6 +160,63 @@ def test_naive_is_bitwise_the_emulation(code, dtype, case):
     assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
 
 
+def _half_inputs(case, dtype, seed, with_do=False):
+    _, b, hq, hkv, sq, sk, d, params, alibi = case
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(shape).astype(dtype)
+              for shape in ((b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+    if with_do:
+        arrays.append(rng.standard_normal((b, hq, sq, d)).astype(dtype))
+    slopes = (rng.random(hq)).astype(dtype) if alibi else None
+    return arrays, slopes, dict(params)
+
+
+def _emu_params(params, d):
+    return dict(scale=float(np.float32(params.get("softmax_scale", 1 / np.sqrt(d)))),
+                causal=params.get("causal", False), left=params.get("window_size_left"),
+                right=params.get("window_size_right"), softcap=params.get("softcap"))
+
+
+# the naive set, plus shapes that cross tiles: several 64-row query tiles and 128-key tiles, a
+# left window that skips leading key tiles, k_len inside the second tile, a head ratio of 3
+FLASH_EMU_CASES = EMU_CASES + [
+    ("long-window-alibi", 1, 2, 1, 300, 300, 16, {"window_size_left": 30, "window_size_right": 5}, True),
+    ("k-len-tile2", 1, 3, 1, 70, 300, 8, {"k_len": 200, "causal": False}, False),
+    ("gqa3-causal-softcap", 1, 6, 2, 130, 140, 24, {"causal": True, "softcap": 3.0}, False),
+]
+
+
+@pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
+@pytest.mark.parametrize("case", FLASH_EMU_CASES, ids=[c[0] for c in FLASH_EMU_CASES])
+def test_flash_is_bitwise_the_emulation(code, dtype, case):
+    """attention_flash in T: the online softmax over 128-key tiles, every step rounded to T."""
+    (q, k, v), slopes, params = _half_inputs(case, dtype, seed=4)
+    out = fuel_cy.attention_flash(q, k, v, slopes, **params)
+    emu = emulation.flash(code, q, k, v, slopes, k_len=params.get("k_len"), **_emu_params(params, q.shape[3]))
+    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+
+
+BWD_EMU_CASES = [
+    ("plain", 1, 2, 1, 5, 19, 6, {}, False),
+    ("causal-alibi", 1, 2, 2, 7, 7, 5, {"causal": True}, True),
+    ("softcap-window-gqa", 1, 4, 2, 20, 30, 12, {"softcap": 2.0, "window_size_left": 3, "window_size_right": 1}, True),
+    # query rows beyond the first 64-row tile, keys beyond the first 128-key tile, window skipping
+    # leading key tiles, a head ratio of 3
+    ("long-window", 1, 3, 1, 300, 300, 8, {"window_size_left": 30, "causal": True}, True),
+    ("rows-gt-64", 1, 2, 1, 130, 150, 16, {"softcap": 4.0}, False),
+]
+
+
+@pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
+@pytest.mark.parametrize("case", BWD_EMU_CASES, ids=[c[0] for c in BWD_EMU_CASES])
+def test_backward_is_bitwise_the_emulation(code, dtype, case):
+    (q, k, v, do), slopes, params = _half_inputs(case, dtype, seed=5, with_do=True)
+    got = fuel_cy.attention_flash_backward(q, k, v, do, slopes, **params)
+    emu = emulation.backward(code, q, k, v, do, slopes, **_emu_params(params, q.shape[3]))
+    for name, g, e in zip(("dq", "dk", "dv"), got, emu):
+        assert np.array_equal(g.astype(np.float32).view(np.uint32), e.view(np.uint32)), name
+
+
 @pytest.mark.parametrize("tiny", ["qk", "v"])
 def test_bf16_gemms_stay_exact_where_f32_subnormals_arise(tiny):
     """Tiny operands make products and partial sums f32 subnormals, which the one-instruction bf16
@@ -229,12 +287,7 @@ def test_paged_half_widens_only_the_live_blocks(code, dtype):
         vc[ids] = rng.standard_normal((len(ids), bs, hkv, d)).astype(dtype)
     table[1, 3:] = 0xFFFFFFFF  # slots past a context are never looked at
     q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
-    tracemalloc.start()
-    try:
-        out = fuel_cy.attention_paged_naive(q, kc, vc, table, lens)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    out, peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens))
     assert peak < 2 * 1024 * 1024, peak  # widening the whole pool would take 16 MB
     assert np.isfinite(out.astype(np.float32)).all()
     emu = emulation.paged(code, q, kc, vc, np.where(table == 0xFFFFFFFF, 0, table).astype(np.uint32), lens, None,

@@ -13,7 +13,7 @@ import reference_impl as ref
 from inputs import attention_inputs
 from measures import bits as _bits
 from measures import rel as _rel
-from measures import ulps16
+from measures import peak_bytes_in_fresh_thread, ulps16
 
 from fuel_cy.cpu import core
 
@@ -192,32 +192,6 @@ def test_dispatch_routes_the_mixed_fused_ops():
         fuel_cy.dispatch("FLASH_ATTN_MIXED", q.astype(np.float32), k, v)
 
 
-def _peak_bytes_in_fresh_thread(call):
-    """(result, peak bytes traced) of call() on a new thread, whose thread-local temporaries start
-    empty, so every array the call needs is allocated while traced."""
-    import threading
-    import tracemalloc
-
-    box = {}
-    tracemalloc.start()
-    try:
-        def run():
-            try:
-                box["out"] = call()
-            except BaseException as exc:  # re-raised on the test's thread
-                box["error"] = exc
-
-        worker = threading.Thread(target=run)
-        worker.start()
-        worker.join()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    if "error" in box:
-        raise box["error"]
-    return box["out"], peak
-
-
 def test_paged_mixed_reads_a_read_only_pool_in_place():
     """Decode is bound by the pool's bytes: the bf16/f16 pool is read where it is, at two bytes an
     element, never widened or copied (a widened copy of the pool is 2x its bytes)."""
@@ -227,11 +201,11 @@ def test_paged_mixed_reads_a_read_only_pool_in_place():
     expected = fuel_cy.attention_paged_naive(*_f32(q, kc, vc), table, lens, *_f32(slopes)).astype(ml_dtypes.bfloat16)
     for x in (kc, vc):
         x.flags.writeable = False
-    out, peak = _peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens, slopes))
+    out, peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens, slopes))
     assert _bits(out) == _bits(expected)
     assert peak < kc.nbytes // 4, (peak, kc.nbytes)
     # the instrument sees a widened pool: the math-in-T kernel widens its (live) blocks
-    _, widening_peak = _peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes))
+    _, widening_peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes))
     assert widening_peak > 2 * kc.nbytes
 
 
