@@ -38,6 +38,10 @@ CASES = [
     ("sq1", 3, 4, 2, 1, 300, 64, {}, True),
     ("sk1", 2, 2, 1, 17, 1, 16, {}, False),
     ("odd-59", 1, 3, 1, 113, 203, 59, {"causal": True}, False),
+    # across tiles: 7 query tiles x 4 key tiles, a left window that skips leading key tiles
+    # (rows >= 158), ALiBi; k_len cutting inside the third key tile with a head ratio of 3
+    ("long-window-alibi", 1, 2, 1, 400, 400, 16, {"window_size_left": 30, "window_size_right": 5}, True),
+    ("k-len-tile3-gqa3", 1, 6, 2, 50, 400, 8, {"k_len": 300}, False),
 ]
 
 

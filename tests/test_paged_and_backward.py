@@ -31,6 +31,10 @@ PAGED = [
     ("prefill-saturating", 2, 4, 4, 20, 16, 4, 6, [7, 24], {}),  # Sq > context_len in row 0
     ("ragged-softcap-alibi", 3, 4, 1, 3, 8, 5, 9, [45, 0, 13], {"softcap": 2.5}),
     ("odd-d", 2, 2, 1, 2, 59, 16, 3, [33, 48], {"softmax_scale": 0.2}),
+    # long contexts over several 128-key tiles, block sizes 1, 16 and 128, a head ratio of 3
+    ("long-block1-gqa3", 2, 6, 2, 1, 16, 1, 700, [700, 333], {}),
+    ("long-block16-softcap", 2, 4, 2, 2, 32, 16, 125, [2000, 301], {"softcap": 3.0}),
+    ("long-block128-alibi", 2, 3, 1, 1, 24, 128, 8, [1000, 129], {}),
 ]
 
 
@@ -50,12 +54,15 @@ def test_paged_matches_gathered_reference(case):
 
 
 @pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
-def test_paged_half_within_bound(code, dtype):
+@pytest.mark.parametrize("case", PAGED, ids=[c[0] for c in PAGED])
+def test_paged_half_within_bound(code, dtype, case):
+    _, b, hq, hkv, sq, d, bs, maxb, lens, params = case
     rng = np.random.default_rng(2)
-    q, kc, vc, table, ln = _paged_case(rng, 3, 4, 2, 2, 32, 16, 6, [96, 50, 3], dtype)
-    out = fuel_cy.attention_paged_naive(q, kc, vc, table, ln)
-    expected = ref.paged(q, kc, vc, table, ln)
-    assert relative_error(out, expected) <= bound(code, 32, 96)
+    q, kc, vc, table, ln = _paged_case(rng, b, hq, hkv, sq, d, bs, maxb, lens, dtype)
+    slopes = (rng.random(hq) * 0.3).astype(dtype) if "alibi" in case[0] else None
+    out = fuel_cy.attention_paged_naive(q, kc, vc, table, ln, slopes, **params)
+    expected = ref.paged(q, kc, vc, table, ln, slopes, params.get("softmax_scale"), params.get("softcap"))
+    assert relative_error(out, expected) <= bound(code, d, int(max(ln)))
 
 
 def test_paged_equals_contiguous_attention_with_implicit_causal():
@@ -86,6 +93,9 @@ BWD = [
     ("fully-masked", 1, 2, 1, 12, 4, 8, {"window_size_left": 2, "causal": True}, False),
     ("sk1", 1, 2, 1, 5, 1, 4, {}, False),
     ("d128", 1, 2, 1, 40, 140, 128, {"causal": True}, False),
+    # 4 query tiles of 64 rows, the window skipping the first key tile from row 158, ratio 3
+    ("rows-gt-64-window-gqa3", 1, 3, 1, 200, 400, 16, {"window_size_left": 30, "causal": True}, True),
+    ("rows-gt-64-softcap", 1, 2, 2, 130, 150, 16, {"softcap": 4.0}, True),
 ]
 
 

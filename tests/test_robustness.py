@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import fuel_cy
 from fuel_cy.codegen.files import FileManager
 from fuel_cy.contract import ContractError, parse_document
-from fuel_cy.tolerance import relative_error
+from fuel_cy._validation import NUMPY_DTYPES
+from fuel_cy.tolerance import bound, relative_error
 
 import reference_impl as ref
 from inputs import attention_inputs
@@ -83,6 +84,60 @@ def test_fuzz_valid_backward_matches_reference(problem):
                             params.get("window_size_left"), params.get("window_size_right"), params.get("softcap"))
     for got, want in zip(grads, expected):
         assert relative_error(got, want) <= 1e-10
+
+
+# Tile-crossing fuzz: shapes past one 64-row query tile and one 128-key tile, in every dtype.  The
+# CI budget is FUZZ_TILE_EXAMPLES (default 40, a few seconds); the long profile raises it.
+FUZZ_TILE_EXAMPLES = int(os.environ.get("FUEL_CY_FUZZ_TILE_EXAMPLES", "40"))
+
+
+@st.composite
+def tile_crossing_problems(draw):
+    hkv = draw(st.integers(1, 2))
+    hq = hkv * draw(st.integers(1, 3))
+    sq = draw(st.integers(60, 300))
+    sk = draw(st.integers(100, 300))
+    d = draw(st.integers(1, 130))
+    params = {}
+    if draw(st.booleans()):
+        params["causal"] = True
+    for key in ("window_size_left", "window_size_right"):
+        if draw(st.booleans()):
+            params[key] = draw(st.integers(0, 300))
+    if draw(st.booleans()):
+        params["softcap"] = draw(st.floats(0.5, 8.0))
+    if draw(st.booleans()):
+        params["k_len"] = draw(st.integers(0, sk))
+    alibi = draw(st.booleans())
+    dtype = draw(st.sampled_from(["F32", "F64", "BF16", "F16"]))
+    return 1, hq, hkv, sq, sk, d, params, alibi, draw(st.integers(0, 2**16)), dtype
+
+
+@settings(max_examples=FUZZ_TILE_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tile_crossing_problems())
+def test_fuzz_across_tiles_matches_reference_in_every_dtype(problem):
+    import emulation
+
+    b, hq, hkv, sq, sk, d, params, alibi, seed, code = problem
+    dtype = NUMPY_DTYPES[code]
+    q, k, v, slopes = attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed)
+    out = fuel_cy.attention_flash(q, k, v, slopes, **params)
+    expected = ref.forward(q, k, v, slopes, None, params.get("causal", False), params.get("window_size_left"),
+                           params.get("window_size_right"), params.get("softcap"), params.get("k_len"))
+    assert relative_error(out, expected) <= bound(code, d, sk)
+    if code in ("BF16", "F16"):  # pinned: every step rounded to T in the documented order
+        emu = emulation.flash(code, q, k, v, slopes, float(np.float32(1 / np.sqrt(d))), params.get("causal", False),
+                              params.get("window_size_left"), params.get("window_size_right"),
+                              params.get("softcap"), params.get("k_len"))
+        assert np.array_equal(np.asarray(out, np.float32).view(np.uint32), emu.view(np.uint32))
+    else:
+        params.pop("k_len", None)
+        do = np.random.default_rng(seed + 1).standard_normal(q.shape).astype(dtype)
+        grads = fuel_cy.attention_flash_backward(q, k, v, do, slopes, **params)
+        expected = ref.backward(q, k, v, do, slopes, None, params.get("causal", False), params.get("window_size_left"),
+                                params.get("window_size_right"), params.get("softcap"))
+        for got, want in zip(grads, expected):
+            assert relative_error(got, want) <= bound(code, d, sk, backward=True)
 
 
 PERTURBATIONS = ["dtype-k", "mixed-v", "rank-q", "batch", "head-dim", "gqa", "alibi-len", "alibi-dtype",
