@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import fuel_cy
-from fuel_cy.tolerance import bound, relative_error
+from measures import bound
+from measures import rel as relative_error
 
 import reference_impl as ref
 from inputs import attention_inputs

@@ -1,6 +1,8 @@
-"""The yardsticks themselves: fuel_cy.tolerance's relative_error and bound, which every numeric test
-relies on.  If either broke (an error that reads 0, a bound that grows without limit), the kernel
-tests would pass whatever the kernels computed."""
+"""The yardsticks themselves.  The tests measure with their own rel and bound (tests/measures.py);
+fuel_cy.tolerance holds the package's copy, which the CLI and the Precision page report.  Both are
+checked here: if either broke (an error that reads 0, a bound that grows without limit), the
+kernel tests would pass whatever the kernels computed, or the documentation would promise what
+is not tested."""
 from __future__ import annotations
 
 import math
@@ -9,7 +11,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fuel_cy.tolerance import MIXED_BOUNDS, UNIT_ROUNDOFF, bound, relative_error
+import fuel_cy.tolerance as package
+from measures import MIXED_BOUNDS, UNIT_ROUNDOFF, bound
+from measures import rel as relative_error
 
 
 def test_relative_error_is_the_largest_deviation_over_the_largest_reference_value():
@@ -54,3 +58,15 @@ def test_mixed_precision_bounds_are_the_contracts_and_independent_of_size():
         assert UNIT_ROUNDOFF[dt] < value  # room for the one rounding of the output
     # float32 and float64 have no separate float32-compute bound
     assert bound("F32", 64, 128, compute="f32") == bound("F32", 64, 128)
+
+
+def test_the_package_documents_the_bounds_the_tests_use():
+    grid = [(code, d, sk, backward, compute) for code in ("F64", "F32", "BF16", "F16") for d in (1, 64, 130)
+            for sk in (1, 300, 4096) for backward in (False, True) for compute in ("T", "f32")]
+    for code, d, sk, backward, compute in grid:
+        assert package.bound(code, d, sk, backward, compute) == bound(code, d, sk, backward, compute)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = rng.standard_normal((2, 7, 5))
+        assert package.relative_error(a, b) == relative_error(a, b)
+    assert package.relative_error(np.zeros(0), np.zeros(0)) == relative_error(np.zeros(0), np.zeros(0)) == 0.0
