@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,3 +19,18 @@ def seed_text() -> str:
 @pytest.fixture(scope="session")
 def canonical_text() -> str:
     return CONTRACT.read_text(encoding="utf-8")
+
+
+def system_tool(*names: str, why: str) -> str:
+    """The path of the first of `names` on PATH.  A Debian tool some checks need (chromium,
+    chromedriver, qemu-x86_64) that is missing fails the test where CI promised it
+    (FUEL_CY_REQUIRE_SYSTEM_TOOLS=1: .ci/run installs the tools and sets it), and otherwise skips
+    it saying what to install, so the README's test command passes on a fresh machine."""
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    message = f"{' / '.join(names)} not installed ({why}): apt-get install it, as .ci/run does"
+    if os.environ.get("FUEL_CY_REQUIRE_SYSTEM_TOOLS") == "1":
+        pytest.fail(message + " [FUEL_CY_REQUIRE_SYSTEM_TOOLS=1]")
+    pytest.skip(message)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, system_tool
 
 pytestmark = pytest.mark.rebuild
 TESTS = Path(__file__).resolve().parent
@@ -109,8 +109,7 @@ def test_wheel_passes_reference_checks_natively(wheel_python):
 @pytest.mark.skipif(not X86, reason="qemu-x86_64 emulates older x86-64 CPUs only")
 @pytest.mark.parametrize("cpu,level", [("Nehalem", "default"), ("Haswell", "avx2")])
 def test_wheel_runs_on_older_cpus_under_qemu(wheel_python, cpu, level):
-    qemu = shutil.which("qemu-x86_64")
-    assert qemu, "install Debian's qemu-user (.ci/run does)"
+    qemu = system_tool("qemu-x86_64", why="Debian's qemu-user, to run the wheel as an older CPU")
     result = _check([qemu, "-cpu", cpu, str(wheel_python)])
     assert result["level"] == level
 

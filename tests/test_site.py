@@ -14,12 +14,10 @@ import pytest
 
 from fuel_cy.contract import load_contracts
 
-from conftest import ROOT
+from conftest import ROOT, system_tool
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 
 
 def build_site(project: Path, out: Path) -> subprocess.CompletedProcess:
@@ -49,16 +47,17 @@ def server(site):
 
 @pytest.fixture(scope="module")
 def browser():
-    assert CHROMIUM and CHROMEDRIVER, "install Debian's chromium and chromium-driver (.ci/run does)"
+    chromium = system_tool("chromium", "chromium-browser", why="the site's real-browser checks")
+    chromedriver = system_tool("chromedriver", why="Debian's chromium-driver, for the site's real-browser checks")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
+    opts.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1600"):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
     yield driver
     driver.quit()
 
