@@ -87,7 +87,8 @@ def test_fully_masked_rows_are_exact_zeros():
         assert not np.isnan(out).any()
 
 
-HALF_CASES = [c for c in CASES if c[0] in ("gqa2", "all-combined", "softcap", "d3", "odd-59", "sq1", "fully-masked-rows")]
+HALF_CASES = [c for c in CASES if c[0] in ("gqa2", "all-combined", "softcap", "d3", "odd-59", "sq1", "fully-masked-rows",
+                                            "long-window-alibi", "k-len-tile3-gqa3")]
 
 
 @pytest.mark.parametrize("kernel", ["attention_naive", "attention_flash"])
