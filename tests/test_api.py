@@ -13,7 +13,7 @@ from fuel_cy.contract import load_contracts
 
 from conftest import ROOT
 import reference_impl as ref
-from measures import rel
+from measures import bits, rel
 
 rng = np.random.default_rng(0)
 
@@ -204,3 +204,29 @@ def test_build_info_records_flags():
     info = fuel_cy.build_info()
     assert "-O3" in info["compile_args"] or any(a.startswith("-O") for a in info["compile_args"])
     assert isinstance(info["openmp"], bool)
+
+
+@pytest.mark.parametrize("name", list(fuel_cy.registry))
+def test_read_only_inputs_are_accepted_and_never_written(name):
+    """No kernel writes its inputs, so read-only arrays (np.load(mmap_mode='r'), frozen buffers)
+    are valid inputs: same bits as writable copies, in every dtype the kernel takes."""
+    from test_validators import KERNELS, _inputs
+
+    kernel = next(k for k in KERNELS if k.name == name)
+    rng = np.random.default_rng(1)
+    for dtype in kernel.float_dtypes:
+        arrays = _inputs(kernel, dtype)
+        for i, spec in enumerate(kernel.inputs):
+            if spec.is_float:
+                arrays[i] = rng.standard_normal(arrays[i].shape).astype(arrays[i].dtype)
+            elif spec.name == "block_table":
+                arrays[i] = (np.arange(arrays[i].size) % 6).reshape(arrays[i].shape).astype(arrays[i].dtype)
+            elif spec.name == "context_lens":
+                arrays[i] = np.array([5, 12], arrays[i].dtype)
+        expected = getattr(fuel_cy, name)(*arrays)
+        frozen = [a.copy() for a in arrays]
+        for a in frozen:
+            a.flags.writeable = False
+        got = getattr(fuel_cy, name)(*frozen)
+        assert bits(got) == bits(expected), dtype
+        assert all(bits(a) == bits(b) for a, b in zip(frozen, arrays))

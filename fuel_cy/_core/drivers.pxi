@@ -1,7 +1,8 @@
 # GIL-side drivers: take validated contiguous work arrays (float for f32/bf16/f16, double for
 # f64), allocate packed operands and per-thread scratch as numpy arrays (so a failed allocation is
 # a MemoryError, not a crash), then release the GIL for the cores.  Hand-written; included by the
-# generated extension.  Inputs are only read; outputs are fully written.
+# generated extension.  Inputs are only read (const views, so read-only arrays are accepted; the
+# casts to the cores' plain pointers drop a const the cores honour); outputs are fully written.
 
 import threading as _threading
 
@@ -132,7 +133,7 @@ cdef Py_ssize_t _kv_chunk(Py_ssize_t per_head, Py_ssize_t itemsize, Py_ssize_t n
     return max(1, min(nkv_total, fit))
 
 
-cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
+cdef object _forward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] slopes,
                      bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads, bint naive,
                      bint bf16_pairs=False):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps."""
@@ -162,7 +163,7 @@ cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, rea
         per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * D2
     cdef int nt = <int>min(nthreads, ntasks)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
-    cdef real_t* sp = &slopes[0] if has_slopes else NULL
+    cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
     with nogil:
         # kv heads in chunks, so the packed copy of K stays small however long the sequence
         kv0 = 0
@@ -170,25 +171,25 @@ cdef object _forward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, rea
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
                 if bf16_pairs:
-                    pack_heads_pairs(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
+                    pack_heads_pairs(<float*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
             if not bf16_pairs:
-                pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
+                pack_heads(<real_t*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
             if naive:
-                naive_forward_core(tag, kv0, nkv, &q[0], &ktp[0], &v[0], sp, &out[0], &sh, &o,
+                naive_forward_core(tag, kv0, nkv, <real_t*>&q[0], &ktp[0], <real_t*>&v[0], sp, &out[0], &sh, &o,
                                    &scratch[0], per_thread, nt)
             else:
-                flash_forward_core(tag, kv0, nkv, &q[0], &ktp[0], kpp_p, &v[0], sp, &out[0], &sh, &o,
+                flash_forward_core(tag, kv0, nkv, <real_t*>&q[0], &ktp[0], kpp_p, <real_t*>&v[0], sp, &out[0], &sh, &o,
                                    &scratch[0], per_thread, nt)
             kv0 += nkv
 
 
-cdef object drive_attention_flash(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
+cdef object drive_attention_flash(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] slopes,
                                   bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
     _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, False)
 
 
-cdef object drive_attention_flash_half(RoundNone tag, float[::1] q, float[::1] k, float[::1] v,
-                                       float[::1] slopes, bint has_slopes, float[::1] out, tuple dims,
+cdef object drive_attention_flash_half(RoundNone tag, const float[::1] q, const float[::1] k, const float[::1] v,
+                                       const float[::1] slopes, bint has_slopes, float[::1] out, tuple dims,
                                        dict params, int nthreads, int is_f16):
     """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
     level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16);
@@ -197,14 +198,14 @@ cdef object drive_attention_flash_half(RoundNone tag, float[::1] q, float[::1] k
              bool(FC_HAVE_DPBF16) and not is_f16)
 
 
-cdef object drive_attention_naive(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] slopes,
+cdef object drive_attention_naive(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] slopes,
                                   bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
     _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, True)
 
 
-cdef object drive_attention_paged_naive(rnd_t tag, real_t[::1] q, real_t[::1] kc, real_t[::1] vc,
-                                        unsigned int[::1] table, unsigned int[::1] ctx_lens,
-                                        real_t[::1] slopes, bint has_slopes, real_t[::1] out,
+cdef object drive_attention_paged_naive(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const real_t[::1] vc,
+                                        const unsigned int[::1] table, const unsigned int[::1] ctx_lens,
+                                        const real_t[::1] slopes, bint has_slopes, real_t[::1] out,
                                         tuple dims, dict params, int nthreads):
     cdef PagedShape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.D, sh.block_size, sh.max_blocks, sh.num_blocks = dims
@@ -219,17 +220,18 @@ cdef object drive_attention_paged_naive(rnd_t tag, real_t[::1] q, real_t[::1] kc
     cdef int nt = <int>min(nthreads, ntasks)
     dt = _work_dtype(<real_t*>NULL)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
-    cdef real_t* sp = &slopes[0] if has_slopes else NULL
+    cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
     cdef double scale = params["softmax_scale"]
     cdef double cap = params.get("softcap") or 0.0
     with nogil:
-        paged_forward_core(tag, &q[0], &kc[0], &vc[0], NULL, NULL, 0, &table[0], &ctx_lens[0], sp,
+        paged_forward_core(tag, <real_t*>&q[0], <real_t*>&kc[0], <real_t*>&vc[0], NULL, NULL, 0,
+                           <unsigned int*>&table[0], <unsigned int*>&ctx_lens[0], sp,
                            &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
 
 
-cdef object drive_attention_paged_half(RoundNone tag, float[::1] q, const unsigned short[::1] kc,
-                                       const unsigned short[::1] vc, unsigned int[::1] table,
-                                       unsigned int[::1] ctx_lens, float[::1] slopes, bint has_slopes,
+cdef object drive_attention_paged_half(RoundNone tag, const float[::1] q, const unsigned short[::1] kc,
+                                       const unsigned short[::1] vc, const unsigned int[::1] table,
+                                       const unsigned int[::1] ctx_lens, const float[::1] slopes, bint has_slopes,
                                        float[::1] out, tuple dims, dict params, int nthreads, int is_f16):
     """Paged decode over a bf16/f16 pool under float32 compute, read in place: no widened copy of
     the pool (the cores widen each group of keys as they go, exactly), so a decode step reads the
@@ -246,12 +248,13 @@ cdef object drive_attention_paged_half(RoundNone tag, float[::1] q, const unsign
     cdef Py_ssize_t per_thread = paged_scratch(&sh)
     cdef int nt = <int>min(nthreads, ntasks)
     cdef float[::1] scratch = _np.empty(nt * per_thread, dtype=_np.float32)
-    cdef float* sp = &slopes[0] if has_slopes else NULL
+    cdef float* sp = <float*>&slopes[0] if has_slopes else NULL
     cdef double scale = params["softmax_scale"]
     cdef double cap = params.get("softcap") or 0.0
     with nogil:
-        paged_forward_core(tag, &q[0], <float*>NULL, <float*>NULL, &kc[0], &vc[0], is_f16, &table[0],
-                           &ctx_lens[0], sp, &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
+        paged_forward_core(tag, <float*>&q[0], <float*>NULL, <float*>NULL, &kc[0], &vc[0], is_f16,
+                           <unsigned int*>&table[0], <unsigned int*>&ctx_lens[0], sp, &out[0], &sh, scale, cap,
+                           &scratch[0], per_thread, nt)
 
 
 def _bits(object x):
@@ -259,8 +262,8 @@ def _bits(object x):
     return _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
 
 
-cdef object _backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, real_t[::1] dout,
-                      real_t[::1] slopes, bint has_slopes, real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
+cdef object _backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] dout,
+                      const real_t[::1] slopes, bint has_slopes, real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
                       tuple dims, dict params, int nthreads, bint bf16_pairs):
     """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps."""
     cdef Shape sh
@@ -287,7 +290,7 @@ cdef object _backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, re
     cdef Py_ssize_t per_thread = 3 * BR_BWD * sh.D + 5 * BR_BWD * Skp + 2 * Skp * sh.D + 2 * BR_BWD * D2
     cdef int nt = <int>min(nthreads, chunk)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
-    cdef real_t* sp = &slopes[0] if has_slopes else NULL
+    cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
     cdef Py_ssize_t kv0, nkv
     with nogil:
         kv0 = 0
@@ -295,25 +298,26 @@ cdef object _backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v, re
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
                 if bf16_pairs:
-                    pack_heads_pairs(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
-                    pack_heads_pairs(&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, vpp_p, nt)
+                    pack_heads_pairs(<float*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
+                    pack_heads_pairs(<float*>&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, vpp_p, nt)
             if not bf16_pairs:
-                pack_heads(&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
-                pack_heads(&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &vtp[0], nt)
-            backward_core(tag, kv0, nkv, &q[0], &k[0], &ktp[0], &vtp[0], kpp_p, vpp_p, &dout[0], sp,
+                pack_heads(<real_t*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
+                pack_heads(<real_t*>&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &vtp[0], nt)
+            backward_core(tag, kv0, nkv, <real_t*>&q[0], <real_t*>&k[0], &ktp[0], &vtp[0], kpp_p, vpp_p,
+                          <real_t*>&dout[0], sp,
                           &dq[0], &dk[0], &dv[0], &sh, &o, &scratch[0], per_thread, nt)
             kv0 += nkv
 
 
-cdef object drive_attention_flash_backward(rnd_t tag, real_t[::1] q, real_t[::1] k, real_t[::1] v,
-                                           real_t[::1] dout, real_t[::1] slopes, bint has_slopes,
+cdef object drive_attention_flash_backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v,
+                                           const real_t[::1] dout, const real_t[::1] slopes, bint has_slopes,
                                            real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
                                            tuple dims, dict params, int nthreads):
     _backward(tag, q, k, v, dout, slopes, has_slopes, dq, dk, dv, dims, params, nthreads, False)
 
 
-cdef object drive_attention_flash_backward_half(RoundNone tag, float[::1] q, float[::1] k, float[::1] v,
-                                                float[::1] dout, float[::1] slopes, bint has_slopes,
+cdef object drive_attention_flash_backward_half(RoundNone tag, const float[::1] q, const float[::1] k, const float[::1] v,
+                                                const float[::1] dout, const float[::1] slopes, bint has_slopes,
                                                 float[::1] dq, float[::1] dk, float[::1] dv,
                                                 tuple dims, dict params, int nthreads, int is_f16):
     """The backward on bf16/f16 inputs (widened exactly) under float32 compute: with AVX512-BF16,
