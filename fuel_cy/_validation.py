@@ -89,8 +89,11 @@ def check_layout(kernel: str, name: str, x: np.ndarray, key: str, policy: str, c
         received = _LAYOUT_WORDS[key][1]
     else:
         return
+    # numpy.ascontiguousarray returns an offset view that is already contiguous unchanged
+    advice = ("pass a copy (x.copy()); numpy.ascontiguousarray would return this same view" if key == "start_offset"
+              else "use numpy.ascontiguousarray (or x.copy())")
     raise InputError(kernel, f"input {name!r}", f"{clause}.{key}: {policy}",
-                     f"array {received} (shape {x.shape}, strides {x.strides}); use numpy.ascontiguousarray", where)
+                     f"array {received} (shape {x.shape}, strides {x.strides}); {advice}", where)
 
 
 def bind_dim(kernel: str, dims: dict, symbol: str, name: str, axis: int, value: int, clause: str, where: str) -> None:

@@ -230,3 +230,17 @@ def test_read_only_inputs_are_accepted_and_never_written(name):
         got = getattr(fuel_cy, name)(*frozen)
         assert bits(got) == bits(expected), dtype
         assert all(bits(a) == bits(b) for a, b in zip(frozen, arrays))
+
+
+def test_the_advice_for_an_offset_view_works():
+    """qkv[1] of a packed [3, B, H, S, D] array is C-contiguous but starts past its buffer's start,
+    which the contract rejects; numpy.ascontiguousarray returns it unchanged, so the error must
+    not recommend it, and what it recommends must pass."""
+    qkv = arr(3, 1, 2, 5, 8)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    assert np.ascontiguousarray(k) is k  # why the usual advice would fail
+    with pytest.raises(fuel_cy.InputError, match=r"start_offset: rejected.*x\.copy\(\)") as info:
+        fuel_cy.attention_flash(q, k, v)
+    assert "attention_flash" in str(info.value) and "input 'k'" in str(info.value)
+    out = fuel_cy.attention_flash(q, k.copy(), v.copy())
+    assert rel(out, ref.forward(q, k, v)) < 2e-5
