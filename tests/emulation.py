@@ -25,22 +25,42 @@ def f32_exp(x):
 
 
 def rounder(code):
+    """R: float32 (scalar or array) -> nearest value of T, as float32 (a scalar stays a scalar)."""
     target = {"BF16": ml_dtypes.bfloat16, "F16": np.float16}[code]
 
     def R(x):
-        return F(np.array(F(x), dtype=F).astype(target).astype(F))
+        y = np.asarray(x, F).astype(target).astype(F)
+        return y if y.ndim else F(y)
 
     return R
 
 
-def _sum16(R, values):
-    lanes = [F(0)] * 16
-    for j, v in enumerate(values):
-        lanes[j % 16] = R(lanes[j % 16] + v)
-    total = lanes[0]
-    for lane in lanes[1:]:
-        total = R(total + lane)
+def _lane_sum(R, x):
+    """sum16 over the last axis: lane partials j % 16 (rounded), then the lanes in order."""
+    x = np.asarray(x, F)
+    lanes = np.zeros(x.shape[:-1] + (16,), F)
+    for j in range(x.shape[-1]):
+        lanes[..., j % 16] = R(lanes[..., j % 16] + x[..., j])
+    total = lanes[..., 0]
+    for lane in range(1, 16):
+        total = R(total + lanes[..., lane])
     return total
+
+
+def _setup(code, scale, softcap):
+    """The rounder, and the scale and softcap as the kernels hold them (rounded to T)."""
+    R = rounder(code)
+    return R, R(F(scale)), None if softcap is None else R(F(softcap))
+
+
+def _forward_setup(code, q, k, v, scale, softcap, k_len):
+    """_setup, the operands as float32, the query heads per kv head, the keys in play and a zero
+    output."""
+    R, sc, cap = _setup(code, scale, softcap)
+    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    sk = k.shape[2]
+    return (R, sc, cap, q, k, v, q.shape[1] // k.shape[1], sk if k_len is None else min(k_len, sk),
+            np.zeros(q.shape, np.float32))
 
 
 def _row(R, q, keys, vals, scale, cap, slope, qpos, lo, hi, kend):
@@ -62,7 +82,7 @@ def _row(R, q, keys, vals, scale, cap, slope, qpos, lo, hi, kend):
     if not m > -np.inf:
         return [F(0)] * len(q)
     p = [R(f32_exp(R(s - m))) for s in scores]
-    total = _sum16(R, p)
+    total = F(_lane_sum(R, p))
     p = [R(x / total) for x in p]
     out = [F(0)] * len(q)
     for j in range(kend):
@@ -83,15 +103,8 @@ def _range(qpos, causal, left, right, k_len):
 
 
 def naive(code, q, k, v, alibi, scale, causal=False, left=None, right=None, softcap=None, k_len=None):
-    R = rounder(code)
-    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    R, sc, cap, q, k, v, group, kend, out = _forward_setup(code, q, k, v, scale, softcap, k_len)
     b_, hq, sq, d = q.shape
-    sk = k.shape[2]
-    group = hq // k.shape[1]
-    sc = R(F(scale))
-    cap = None if softcap is None else R(F(softcap))
-    kend = sk if k_len is None else min(k_len, sk)
-    out = np.zeros(q.shape, np.float32)
     for b in range(b_):
         for h in range(hq):
             slope = None if alibi is None else F(np.asarray(alibi, np.float32)[h])
@@ -102,13 +115,11 @@ def naive(code, q, k, v, alibi, scale, causal=False, left=None, right=None, soft
 
 
 def paged(code, q, kc, vc, table, lens, alibi, scale, softcap=None):
-    R = rounder(code)
+    R, sc, cap = _setup(code, scale, softcap)
     q, kc, vc = (np.asarray(x, np.float32) for x in (q, kc, vc))
     b_, hq, sq, d = q.shape
     bs = kc.shape[1]
     group = hq // kc.shape[2]
-    sc = R(F(scale))
-    cap = None if softcap is None else R(F(softcap))
     out = np.zeros(q.shape, np.float32)
     for b in range(b_):
         n = int(lens[b])
@@ -139,31 +150,11 @@ def paged(code, q, kc, vc, table, lens, alibi, scale, softcap=None):
 #   dQ       R(scale * sum_j R(dS_j * k_j)), j in order;  dV += R(p_ij * dO_i), dK += R(dS_ij * q_i),
 #            i in order; dK = R(scale * dK)
 
-def _vector_rounder(code):
-    target = {"BF16": ml_dtypes.bfloat16, "F16": np.float16}[code]
-
-    def R(x):
-        return np.asarray(x, np.float32).astype(target).astype(np.float32)
-
-    return R
-
-
 def _f32_exp_v(x):
     from fuel_cy.cpu import core
 
     x = np.ascontiguousarray(x, np.float32)
     return core()._core_expf(x.reshape(-1)).reshape(x.shape)
-
-
-def _lane_sum(R, x):
-    """sum16 over the last axis: lane partials j % 16 (rounded), then the lanes in order."""
-    lanes = np.zeros(x.shape[:-1] + (16,), np.float32)
-    for j in range(x.shape[-1]):
-        lanes[..., j % 16] = R(lanes[..., j % 16] + x[..., j])
-    total = lanes[..., 0]
-    for lane in range(1, 16):
-        total = R(total + lanes[..., lane])
-    return total
 
 
 def _scores(R, Q, K, scale, cap, slope, causal, left, right, kend):
@@ -193,15 +184,8 @@ def _scores(R, Q, K, scale, cap, slope, causal, left, right, kend):
 
 
 def flash(code, q, k, v, alibi, scale, causal=False, left=None, right=None, softcap=None, k_len=None):
-    R = _vector_rounder(code)
-    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    R, sc, cap, q, k, v, group, kend, out = _forward_setup(code, q, k, v, scale, softcap, k_len)
     b_, hq, sq, d = q.shape
-    sk = k.shape[2]
-    group = hq // k.shape[1]
-    sc = R(np.float32(scale))
-    cap = None if softcap is None else R(np.float32(softcap))
-    kend = sk if k_len is None else min(k_len, sk)
-    out = np.zeros(q.shape, np.float32)
     for b in range(b_):
         for h in range(hq):
             K, V = k[b, h // group], v[b, h // group]
@@ -229,13 +213,11 @@ def flash(code, q, k, v, alibi, scale, causal=False, left=None, right=None, soft
 
 
 def backward(code, q, k, v, do, alibi, scale, causal=False, left=None, right=None, softcap=None):
-    R = _vector_rounder(code)
+    R, sc, cap = _setup(code, scale, softcap)
     q, k, v, do = (np.asarray(x, np.float32) for x in (q, k, v, do))
     b_, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     group = hq // hkv
-    sc = R(np.float32(scale))
-    cap = None if softcap is None else R(np.float32(softcap))
     dq = np.zeros(q.shape, np.float32)
     dk = np.zeros(k.shape, np.float32)
     dv = np.zeros(v.shape, np.float32)

@@ -29,6 +29,21 @@ FUZZ_EXAMPLES = int(os.environ.get("FUEL_CY_FUZZ_EXAMPLES", "120"))  # long prof
 
 # ---- fuzzing: valid inputs match the reference, near-valid inputs are InputError ----------------
 
+def _draw_params(draw, sk: int, max_window: int, min_softcap: float) -> dict:
+    """Mask, softcap and k_len parameters, each present or not."""
+    params = {}
+    if draw(st.booleans()):
+        params["causal"] = True
+    for key in ("window_size_left", "window_size_right"):
+        if draw(st.booleans()):
+            params[key] = draw(st.integers(0, max_window))
+    if draw(st.booleans()):
+        params["softcap"] = draw(st.floats(min_softcap, 8.0))
+    if draw(st.booleans()):
+        params["k_len"] = draw(st.integers(0, sk))
+    return params
+
+
 @st.composite
 def attention_problems(draw):
     b = draw(st.integers(1, 2))
@@ -37,16 +52,7 @@ def attention_problems(draw):
     sq = draw(st.integers(0, 24))
     sk = draw(st.integers(0, 40))
     d = draw(st.integers(1, 20))
-    params = {}
-    if draw(st.booleans()):
-        params["causal"] = True
-    for key in ("window_size_left", "window_size_right"):
-        if draw(st.booleans()):
-            params[key] = draw(st.integers(0, 6))
-    if draw(st.booleans()):
-        params["softcap"] = draw(st.floats(0.25, 8.0))
-    if draw(st.booleans()):
-        params["k_len"] = draw(st.integers(0, sk))
+    params = _draw_params(draw, sk, max_window=6, min_softcap=0.25)
     if draw(st.booleans()):
         params["softmax_scale"] = draw(st.floats(-2.0, 2.0))
     alibi = draw(st.booleans())
@@ -99,16 +105,7 @@ def tile_crossing_problems(draw):
     sq = draw(st.integers(60, 300))
     sk = draw(st.integers(100, 300))
     d = draw(st.integers(1, 130))
-    params = {}
-    if draw(st.booleans()):
-        params["causal"] = True
-    for key in ("window_size_left", "window_size_right"):
-        if draw(st.booleans()):
-            params[key] = draw(st.integers(0, 300))
-    if draw(st.booleans()):
-        params["softcap"] = draw(st.floats(0.5, 8.0))
-    if draw(st.booleans()):
-        params["k_len"] = draw(st.integers(0, sk))
+    params = _draw_params(draw, sk, max_window=300, min_softcap=0.5)
     alibi = draw(st.booleans())
     dtype = draw(st.sampled_from(["F32", "F64", "BF16", "F16"]))
     return 1, hq, hkv, sq, sk, d, params, alibi, draw(st.integers(0, 2**16)), dtype

@@ -88,7 +88,7 @@ def _work(object x, object npwork, str code, int nthreads=1, str slot=None):
     into the reused temporary `slot`; other dtypes through _validation.work."""
     if x is None or code not in ("BF16", "F16"):
         return _v.work(x, npwork)
-    cdef const unsigned short[::1] bits = _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
+    cdef const unsigned short[::1] bits = _bits(x)
     out = _temp(slot, (bits.shape[0],), _np.float32) if slot is not None else _np.empty(bits.shape[0], dtype=_np.float32)
     cdef float[::1] o = out
     cdef int is_f16 = code == "F16"
@@ -203,10 +203,12 @@ cdef object drive_attention_naive(rnd_t tag, const real_t[::1] q, const real_t[:
     _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, True)
 
 
-cdef object drive_attention_paged_naive(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const real_t[::1] vc,
-                                        const unsigned int[::1] table, const unsigned int[::1] ctx_lens,
-                                        const real_t[::1] slopes, bint has_slopes, real_t[::1] out,
-                                        tuple dims, dict params, int nthreads):
+cdef object _paged(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const real_t[::1] vc,
+                   const unsigned short[::1] kc16, const unsigned short[::1] vc16, int is_f16,
+                   const unsigned int[::1] table, const unsigned int[::1] ctx_lens, const real_t[::1] slopes,
+                   bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
+    """Paged decode over a pool in the work type (kc, vc) or, under float32 compute, over a
+    bf16/f16 pool read in place (kc16, vc16; kc and vc are then None)."""
     cdef PagedShape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.D, sh.block_size, sh.max_blocks, sh.num_blocks = dims
     if out.shape[0] == 0:
@@ -221,12 +223,24 @@ cdef object drive_attention_paged_naive(rnd_t tag, const real_t[::1] q, const re
     dt = _work_dtype(<real_t*>NULL)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
     cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
+    cdef real_t* kcp = <real_t*>&kc[0] if kc is not None else NULL
+    cdef real_t* vcp = <real_t*>&vc[0] if vc is not None else NULL
+    cdef const unsigned short* kc16p = &kc16[0] if kc16 is not None else NULL
+    cdef const unsigned short* vc16p = &vc16[0] if vc16 is not None else NULL
     cdef double scale = params["softmax_scale"]
     cdef double cap = params.get("softcap") or 0.0
     with nogil:
-        paged_forward_core(tag, <real_t*>&q[0], <real_t*>&kc[0], <real_t*>&vc[0], NULL, NULL, 0,
-                           <unsigned int*>&table[0], <unsigned int*>&ctx_lens[0], sp,
-                           &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
+        paged_forward_core(tag, <real_t*>&q[0], kcp, vcp, kc16p, vc16p, is_f16, <unsigned int*>&table[0],
+                           <unsigned int*>&ctx_lens[0], sp, &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
+
+
+cdef object drive_attention_paged_naive(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const real_t[::1] vc,
+                                        const unsigned int[::1] table, const unsigned int[::1] ctx_lens,
+                                        const real_t[::1] slopes, bint has_slopes, real_t[::1] out,
+                                        tuple dims, dict params, int nthreads):
+    cdef const unsigned short[::1] no_half_pool = None
+    _paged(tag, q, kc, vc, no_half_pool, no_half_pool, 0, table, ctx_lens, slopes, has_slopes, out, dims, params,
+           nthreads)
 
 
 cdef object drive_attention_paged_half(RoundNone tag, const float[::1] q, const unsigned short[::1] kc,
@@ -236,25 +250,9 @@ cdef object drive_attention_paged_half(RoundNone tag, const float[::1] q, const 
     """Paged decode over a bf16/f16 pool under float32 compute, read in place: no widened copy of
     the pool (the cores widen each group of keys as they go, exactly), so a decode step reads the
     cache at two bytes an element.  Same bits as drive_attention_paged_naive on the widened pool."""
-    cdef PagedShape sh
-    sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.D, sh.block_size, sh.max_blocks, sh.num_blocks = dims
-    if out.shape[0] == 0:
-        return
-    if sh.D == 0 or sh.max_blocks * sh.block_size == 0:
-        out[:] = 0
-        return
-    paged_split(&sh, nthreads)
-    cdef Py_ssize_t ntasks = paged_tasks(&sh)
-    cdef Py_ssize_t per_thread = paged_scratch(&sh)
-    cdef int nt = <int>min(nthreads, ntasks)
-    cdef float[::1] scratch = _np.empty(nt * per_thread, dtype=_np.float32)
-    cdef float* sp = <float*>&slopes[0] if has_slopes else NULL
-    cdef double scale = params["softmax_scale"]
-    cdef double cap = params.get("softcap") or 0.0
-    with nogil:
-        paged_forward_core(tag, <float*>&q[0], <float*>NULL, <float*>NULL, &kc[0], &vc[0], is_f16,
-                           <unsigned int*>&table[0], <unsigned int*>&ctx_lens[0], sp, &out[0], &sh, scale, cap,
-                           &scratch[0], per_thread, nt)
+    cdef const float[::1] no_pool = None
+    _paged(tag, q, no_pool, no_pool, kc, vc, is_f16, table, ctx_lens, slopes, has_slopes, out, dims, params,
+           nthreads)
 
 
 def _bits(object x):

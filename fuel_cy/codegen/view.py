@@ -174,7 +174,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
 
     info = fused.get(kernel.fused_op)
     binding = BINDINGS.get(kernel.name)
-    has_driver = binding is not None and all(any(sym in spec.dims for spec in kernel.inputs) for sym in binding.dims)
+    if binding is not None and not all(any(sym in spec.dims for spec in kernel.inputs) for sym in binding.dims):
+        binding = None  # the contract no longer has the dims the driver takes: stub it
     dim_source = {}
     for spec in kernel.inputs:
         for axis, sym in enumerate(spec.dims):
@@ -196,12 +197,12 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
                    for d in kernel.float_dtypes
                    for pol in [policy(kernel.precision.compute, d)] if pol is not None],
         "compute": kernel.precision.compute,
-        "driver": has_driver,
-        "driver_name": binding.driver if binding is not None and has_driver else None,
-        "half_prepare": binding.half_prepare if binding is not None and has_driver else None,
-        "half_driver": binding.half_driver if binding is not None and has_driver else None,
-        "half_storage": list(binding.half_storage) if binding is not None and has_driver else [],
-        "driver_dims": [dim_source[s] for s in binding.dims if s in dim_source] if binding is not None and has_driver else [],
+        "driver": binding is not None,
+        "driver_name": binding.driver if binding else None,
+        "half_prepare": binding.half_prepare if binding else None,
+        "half_driver": binding.half_driver if binding else None,
+        "half_storage": list(binding.half_storage) if binding else [],
+        "driver_dims": [dim_source[s] for s in binding.dims if s in dim_source] if binding else [],
         "symbol_sources": symbol_sources,
         "cost": {
             "flops": cost_src(kernel.cost.flops), "bytes_moved": cost_src(kernel.cost.bytes_moved),
