@@ -177,3 +177,22 @@ def from_work(arr: np.ndarray, code: str) -> np.ndarray:
     """Back to T; the core already rounded every value to T, so this cast is exact."""
     target = NUMPY_DTYPES[code]
     return arr if arr.dtype == target else arr.astype(target)
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def out_of_memory(kernel: str, outputs: Sequence[tuple[str, tuple[int, ...]]], code: str,
+                  exc: MemoryError) -> MemoryError:
+    """The MemoryError of a call whose outputs or workspace could not be allocated: it names the
+    kernel and the bytes the outputs alone need, and keeps the allocator's own words."""
+    itemsize = NUMPY_DTYPES[code].itemsize
+    need = [(name, shape, math.prod(shape) * itemsize) for name, shape in outputs]
+    parts = ", ".join(f"{name} {list(shape)} {code} = {_size(n)}" for name, shape, n in need)
+    total = sum(n for _, _, n in need)
+    return MemoryError(f"{kernel}: not enough memory for the call: its outputs need {total} bytes "
+                       f"({_size(total)}: {parts}) plus working space (numpy: {exc})")

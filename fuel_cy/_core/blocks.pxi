@@ -10,6 +10,14 @@ cdef enum:
 cdef enum:
     NR = 4        # rows per register block
 
+cdef extern from "fc_interrupt.h" nogil:
+    ctypedef struct fc_interrupt:
+        int stop
+    void fc_interrupt_init(fc_interrupt* it, int is_main_thread)
+    int fc_stopped(fc_interrupt* it)        # 1: a signal handler raised, skip the remaining work
+    int fc_interrupt_raise(fc_interrupt* it) except -1
+
+
 cdef struct AttnOpts:
     double scale      # already rounded to f32 by the dispatcher (the contract's `f32` kind)
     double softcap    # 0 => no softcap
@@ -17,6 +25,7 @@ cdef struct AttnOpts:
     Py_ssize_t wl     # window_size_left, -1 => none
     Py_ssize_t wr     # window_size_right, -1 => none
     Py_ssize_t k_len  # live key prefix (Sk when None)
+    fc_interrupt* it  # this call's Ctrl-C state, polled between tasks
 
 
 cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:

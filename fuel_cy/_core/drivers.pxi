@@ -113,6 +113,16 @@ def _from_work(object arr, str code, int nthreads=1):
     return res
 
 
+from cpython.pythread cimport PyThread_get_thread_ident
+import threading as _threading
+# Python runs signal handlers only in its main thread, so only calls made there poll for them
+cdef unsigned long _MAIN_THREAD = _threading.main_thread().ident
+
+
+cdef inline int _on_main_thread() noexcept:
+    return PyThread_get_thread_ident() == _MAIN_THREAD
+
+
 cdef AttnOpts _opts(dict params, Py_ssize_t Sk):
     cdef AttnOpts o
     o.scale = params["softmax_scale"]
@@ -121,6 +131,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sk):
     o.wl = -1 if params.get("window_size_left") is None else params["window_size_left"]
     o.wr = -1 if params.get("window_size_right") is None else params["window_size_right"]
     o.k_len = Sk if params.get("k_len") is None else min(<Py_ssize_t>params["k_len"], Sk)
+    o.it = NULL   # set by the driver that owns the call
     return o
 
 
@@ -164,10 +175,13 @@ cdef object _forward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const 
     cdef int nt = <int>min(nthreads, ntasks)
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
     cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
+    cdef fc_interrupt it
+    fc_interrupt_init(&it, _on_main_thread())
+    o.it = &it
     with nogil:
         # kv heads in chunks, so the packed copy of K stays small however long the sequence
         kv0 = 0
-        while kv0 < nkv_total:
+        while kv0 < nkv_total and not fc_stopped(&it):
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
                 if bf16_pairs:
@@ -181,6 +195,7 @@ cdef object _forward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const 
                 flash_forward_core(tag, kv0, nkv, <real_t*>&q[0], &ktp[0], kpp_p, <real_t*>&v[0], sp, &out[0], &sh, &o,
                                    &scratch[0], per_thread, nt)
             kv0 += nkv
+    fc_interrupt_raise(&it)
 
 
 cdef object drive_attention_flash(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] slopes,
@@ -229,9 +244,13 @@ cdef object _paged(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const r
     cdef const unsigned short* vc16p = &vc16[0] if vc16 is not None else NULL
     cdef double scale = params["softmax_scale"]
     cdef double cap = params.get("softcap") or 0.0
+    cdef fc_interrupt it
+    fc_interrupt_init(&it, _on_main_thread())
+    sh.it = &it
     with nogil:
         paged_forward_core(tag, <real_t*>&q[0], kcp, vcp, kc16p, vc16p, is_f16, <unsigned int*>&table[0],
                            <unsigned int*>&ctx_lens[0], sp, &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
+    fc_interrupt_raise(&it)
 
 
 cdef object drive_attention_paged_naive(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const real_t[::1] vc,
@@ -290,9 +309,12 @@ cdef object _backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const
     cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
     cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
     cdef Py_ssize_t kv0, nkv
+    cdef fc_interrupt it
+    fc_interrupt_init(&it, _on_main_thread())
+    o.it = &it
     with nogil:
         kv0 = 0
-        while kv0 < nkv_total:
+        while kv0 < nkv_total and not fc_stopped(&it):
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
                 if bf16_pairs:
@@ -305,6 +327,7 @@ cdef object _backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const
                           <real_t*>&dout[0], sp,
                           &dq[0], &dk[0], &dv[0], &sh, &o, &scratch[0], per_thread, nt)
             kv0 += nkv
+    fc_interrupt_raise(&it)
 
 
 cdef object drive_attention_flash_backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v,

@@ -182,6 +182,8 @@ cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* 
     cdef Py_ssize_t ntasks = nkv * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_FLASH)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
+        if fc_stopped(o.it):
+            continue
         flash_task(tag, task, kv0, q, ktp, kpp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
 
 
@@ -249,6 +251,8 @@ cdef void naive_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* 
     cdef Py_ssize_t ntasks = nkv * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_NAIVE)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
+        if fc_stopped(o.it):
+            continue
         naive_task(tag, task, kv0, q, ktp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
 
 
@@ -256,6 +260,7 @@ cdef struct PagedShape:
     Py_ssize_t B, Hq, Hkv, Sq, D, block_size, max_blocks, num_blocks
     Py_ssize_t heads_per_task   # kv heads one task serves together (see paged_split)
     Py_ssize_t rows_per_head    # query rows of each of those heads per task (<= G * Sq)
+    fc_interrupt* it            # this call's Ctrl-C state, polled between tasks
 
 
 cdef inline void paged_split(PagedShape* sh, int nthreads) noexcept nogil:
@@ -416,6 +421,8 @@ cdef void paged_forward_core(rnd_t tag, real_t* q, real_t* kc, real_t* vc,
     cdef Py_ssize_t ntasks = paged_tasks(sh)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
+        if fc_stopped(sh.it):
+            continue
         paged_task(tag, task, q, kc, vc, kc16, vc16, is_f16, table, ctx_lens, slopes, out, sh, scale,
                    cap, scratch + threadid() * per_thread)
 
@@ -470,6 +477,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     for g in range(G):
         h = hk * G + g
         for qt in range(ceil_div(Sq, BR_BWD)):
+            if fc_stopped(o.it):   # a task is a whole kv head: poll inside it too
+                return
             i0 = qt * BR_BWD
             nr = Sq - i0
             if nr > BR_BWD:
@@ -567,5 +576,7 @@ cdef void backward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, re
     """Gradients for kv heads [kv0, kv0 + nkv): each task owns one (batch, kv head)'s dK/dV."""
     cdef Py_ssize_t task
     for task in prange(nkv, schedule='dynamic', num_threads=nthreads):
+        if fc_stopped(o.it):
+            continue
         backward_task(tag, task, kv0, q, k, ktp, vtp, kpp, vpp, dout, slopes, dq, dk, dv, sh, o,
                       scratch + threadid() * per_thread)
