@@ -30,7 +30,8 @@ def require_array(kernel: str, name: str, x: Any, where: str) -> None:
         return
     hint = ""
     if type(x).__module__.startswith("torch"):
-        hint = " (pass tensor.numpy(); fuel_cy takes numpy arrays only, never copies silently)"
+        hint = (f" (call fuel_cy.torch.{kernel} for tensors, bf16 included; fuel_cy's numpy API takes numpy "
+                "arrays only and never copies silently)")
     elif isinstance(x, (list, tuple)):
         hint = " (wrap it with numpy.asarray(..., dtype=...); fuel_cy does not guess dtypes)"
     raise InputError(kernel, f"input {name!r}", "accept.inputs", f"expected a numpy.ndarray, received {type(x).__name__}{hint}", where)
