@@ -22,6 +22,11 @@ class InputError(ValueError):
         text = f"{kernel}: {input}: {clause}: {received}"
         super().__init__(text + (f" ({where})" if where else ""))
 
+    def __reduce__(self):
+        # pickle rebuilds an exception from self.args (the message alone), which this __init__
+        # cannot take; an error raised in another process (a Dask worker) must arrive whole
+        return type(self), (self.kernel, self.input, self.clause, self.received, self.where)
+
 
 class StaleBuildWarning(UserWarning):
     """The compiled extension was generated from a different version of a contract."""

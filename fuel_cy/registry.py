@@ -24,6 +24,7 @@ class KernelEntry:
     exec_dtypes: tuple[str, ...]
     inputs: tuple[str, ...]
     optional_inputs: tuple[str, ...]
+    dims: Mapping[str, tuple[str, ...]]  # input name -> the contract's dim symbols, e.g. q -> (B, Hq, Sq, D)
     params: tuple[str, ...]
     outputs: tuple[str, ...]
     bundle: bool
@@ -50,7 +51,9 @@ def _build() -> Mapping[str, KernelEntry]:
             backend=row["backend"], kernel_source=row["kernel_source"], entry_point=row["entry_point"],
             revision_hash=row["revision_hash"], dtypes=tuple(row["dtypes"]), exec_arm=row["exec_arm"],
             exec_dtypes=tuple(row["exec_dtypes"]), inputs=tuple(row["inputs"]),
-            optional_inputs=tuple(row["optional_inputs"]), params=tuple(row["params"]),
+            optional_inputs=tuple(row["optional_inputs"]),
+            dims=MappingProxyType({name: tuple(d) for name, d in row["dims"].items()}),
+            params=tuple(row["params"]),
             outputs=tuple(row["outputs"]), bundle=row["bundle"],
             awkward_layout_strategy=row["awkward_layout_strategy"],
             precision=MappingProxyType(dict(row["precision"])), determinism=row["determinism"],

@@ -1,0 +1,207 @@
+"""PyTorch front end: every fuel_cy kernel as a ``torch.library`` custom op on CPU tensors.
+
+``fuel_cy.torch.<kernel>`` has the name and signature of ``fuel_cy.<kernel>`` but takes and
+returns ``torch.Tensor`` (float32, float64, bfloat16, float16; int32 or uint32 for block tables and
+context lengths).  Behind it is the op ``torch.ops.fuel_cy.<kernel>``, with a fake implementation
+so ``torch.compile(fullgraph=True)`` traces it; ``attention_flash`` and ``attention_flash_mixed``
+are differentiable in ``q``, ``k`` and ``v``.
+
+Everything is built from the contracts (the kernels' inputs, param kinds and outputs), so a kernel
+added to a contract appears here without code.  Importing this module imports torch; ``import
+fuel_cy`` alone never does.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from . import _generated
+from .contract.loader import load_contracts
+from .contract.model import Kernel
+from .errors import InputError
+from .registry import registry
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_PARAM_TYPES: dict[str, type] = {"f32": float, "f64": float, "bool": bool}  # usize, DynScalar: int
+
+# The backward kernel of each differentiable forward.  The pairing is stated in the contracts'
+# prose only, so it is written here once; the wiring below reads everything else from them.
+_GRADIENTS = {"attention_flash": "attention_flash_backward",
+              "attention_flash_mixed": "attention_flash_backward_mixed"}
+# k_len = n reads only the first n keys, which is the forward on the slice [..., :n, :] of every
+# input with this dim; the backward kernels have no k_len, so they run on that slice.
+_KEY_DIM = "Sk"
+
+
+def _contract_kernels() -> dict[str, Kernel]:
+    # The copy of the contracts the extension was generated from (not ./contracts, which may
+    # have been edited since the last build).
+    docs = load_contracts(Path(_generated.__file__).parent / "contracts")
+    return {k.name: k for d in docs for k in d.kernels}
+
+
+def _check_tensor(kernel: str, name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        hint = f" (fuel_cy.{kernel} takes numpy arrays)" if isinstance(x, np.ndarray) else ""
+        raise TypeError(f"fuel_cy.torch.{kernel}: input {name!r} must be a torch.Tensor, "
+                        f"received {type(x).__name__}{hint}")
+    if x.device.type != "cpu":
+        raise InputError(kernel, f"input {name!r}", "fuel_cy.torch: CPU tensors only",
+                         f"a tensor on device {x.device}; move it with .cpu()")
+    return x
+
+
+def _as_numpy(kernel: str, name: str, t: torch.Tensor, dtypes: tuple[str, ...]) -> np.ndarray:
+    """The tensor's memory as a numpy array: a view, or one copy when it is not C-contiguous."""
+    t = _check_tensor(kernel, name, t).detach()  # .numpy() refuses tensors that require grad
+    if not t.is_contiguous():
+        t = t.contiguous()  # the kernels read C-contiguous memory only
+    # An offset (storage_offset > 0) tensor needs no copy: its numpy view starts at the tensor's
+    # first element and is owned by the tensor, so the kernels' start_offset check does not fire.
+    if t.dtype == torch.bfloat16:  # numpy has no bf16: reinterpret the bits as ml_dtypes.bfloat16
+        return t.view(torch.int16).numpy().view(_BF16)
+    if t.dtype == torch.int32 and dtypes == ("U32",):  # torch's usual index dtype, as the contract's U32
+        if t.numel() and int(t.min()) < 0:
+            raise InputError(kernel, f"input {name!r}", "fuel_cy.torch: int32 indices stand for U32",
+                             f"a negative value {int(t.min())}")
+        return t.numpy().view(np.uint32)
+    return t.numpy()  # other dtypes pass through for the kernel to accept or reject
+
+
+def _as_tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor over the kernel's fresh output array (no copy)."""
+    if a.dtype == _BF16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _op_signature(kernel: Kernel, fn: Callable[..., Any]) -> inspect.Signature:
+    """The numpy kernel's signature, annotated for torch.library's schema inference."""
+    inputs = {spec.name: spec for spec in kernel.inputs}
+    kinds = {f.name: f.base_kind for f in kernel.op_params.fields}
+    params = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.name in inputs:
+            ann: Any = Optional[torch.Tensor] if inputs[p.name].optional else torch.Tensor
+        else:
+            ann = _PARAM_TYPES.get(kinds[p.name], int)
+            if p.default is None:
+                ann = Optional[ann]
+        params.append(p.replace(annotation=ann))
+    n_out = len(kernel.returns.items)
+    returns: Any = torch.Tensor if n_out == 1 else tuple[(torch.Tensor,) * n_out]  # type: ignore[misc]
+    return inspect.Signature(params, return_annotation=returns)
+
+
+def _define(kernel: Kernel) -> tuple[Any, inspect.Signature]:
+    """Register ``torch.ops.fuel_cy.<kernel>``: the CPU implementation and the fake one."""
+    fn = registry[kernel.name].fn
+    sig = _op_signature(kernel, fn)
+    dtypes = {spec.name: spec.dtypes for spec in kernel.inputs}
+
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        call = sig.bind(*args, **kwargs).arguments
+        for name, value in call.items():
+            if name in dtypes and value is not None:
+                call[name] = _as_numpy(kernel.name, name, value, dtypes[name])
+        out = fn(**call)
+        return tuple(map(_as_tensor, out)) if isinstance(out, tuple) else _as_tensor(out)
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        call = sig.bind(*args, **kwargs).arguments
+        # every output is fresh and contiguous, with the shape and dtype of the input its rule names
+        outs = tuple(call[o.shape_source].new_empty(call[o.shape_source].shape, dtype=call[o.dtype_source].dtype)
+                     for o in kernel.returns.items)
+        return outs if len(outs) > 1 else outs[0]
+
+    impl.__signature__ = sig  # type: ignore[attr-defined]
+    op = torch.library.custom_op(f"fuel_cy::{kernel.name}", impl, mutates_args=())
+    op.register_fake(fake)
+    return op, sig
+
+
+def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: Any) -> None:
+    """Make ``op`` differentiable in its tensor inputs through ``backward_op``.
+
+    The backward kernel takes the forward's inputs plus the output's gradient (its one input the
+    forward lacks) and returns one gradient per input its output rules name (dq for q, ...);
+    other inputs (ALiBi slopes) get no gradient.
+    """
+    names = [spec.name for spec in forward.inputs]
+    grad_input = next(spec.name for spec in backward.inputs if spec.name not in names)
+    grad_of = {o.shape_source: i for i, o in enumerate(backward.returns.items)}
+    params = [f.name for f in backward.op_params.fields]
+    key_axis = {spec.name: spec.dims.index(_KEY_DIM) for spec in forward.inputs if _KEY_DIM in spec.dims}
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
+        ctx.save_for_backward(*inputs)
+        ctx.params = keyword_only_inputs
+
+    def backward_fn(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+        inputs = dict(zip(names, ctx.saved_tensors))
+        k_len = ctx.params.get("k_len")
+        sliced = {name: t.narrow(key_axis[name], 0, k_len) if k_len is not None and name in key_axis else t
+                  for name, t in inputs.items()}
+        args = [grad if spec.name == grad_input else sliced[spec.name] for spec in backward.inputs]
+        grads = backward_op(*args, **{p: ctx.params[p] for p in params})
+        out: list[Optional[torch.Tensor]] = []
+        for name in names:
+            g = grads[grad_of[name]] if name in grad_of else None
+            if g is not None and k_len is not None and name in key_axis:
+                # keys at or beyond k_len were never read: their gradient is zero
+                axis = key_axis[name]
+                pad = list(g.shape)
+                pad[axis] = inputs[name].shape[axis] - k_len
+                g = torch.cat([g, g.new_zeros(pad)], dim=axis)
+            out.append(g)
+        return tuple(out)
+
+    op.register_autograd(backward_fn, setup_context=setup_context)
+
+
+def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., Any]:
+    """``fuel_cy.torch.<kernel>``: checks that the tensor inputs are CPU tensors, calls the op.
+
+    The check is here, not only in the op, because the op sends meta tensors to its fake
+    implementation; plain loops keep it traceable by torch.compile.
+    """
+    tensors = [(i, spec.name, spec.optional) for i, spec in enumerate(kernel.inputs)]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for i, name, optional in tensors:
+            value = args[i] if i < len(args) else kwargs.get(name)
+            if value is not None or not optional:
+                _check_tensor(kernel.name, name, value)
+        return op(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = kernel.name
+    call.__module__ = __name__
+    call.__signature__ = sig  # type: ignore[attr-defined]
+    grad = (f" Differentiable in q, k and v through `{_GRADIENTS[kernel.name]}` (ALiBi slopes get no gradient)."
+            if kernel.name in _GRADIENTS else "")
+    call.__doc__ = (f"{kernel.blurb}\n\n`fuel_cy.{kernel.name}` on CPU torch tensors (the op "
+                    f"`torch.ops.fuel_cy.{kernel.name}`); same parameters, returns tensors that own the "
+                    f"kernel's output memory. Non-contiguous inputs are copied once.{grad}")
+    return call
+
+
+def _build() -> dict[str, Callable[..., Any]]:
+    kernels = _contract_kernels()
+    ops = {name: _define(kernels[name]) for name in registry}
+    for fwd, bwd in _GRADIENTS.items():
+        _register_gradient(kernels[fwd], kernels[bwd], ops[bwd][0], ops[fwd][0])
+    return {name: _public(kernels[name], op, sig) for name, (op, sig) in ops.items()}
+
+
+_PUBLIC = _build()
+globals().update(_PUBLIC)
+__all__ = list(_PUBLIC)
+
+if TYPE_CHECKING:
+    # the kernels are module attributes made at import; this tells type checkers they exist
+    def __getattr__(name: str) -> Callable[..., Any]: ...
