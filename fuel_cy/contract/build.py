@@ -6,10 +6,10 @@ file, line and key path so ``fuel-cy validate`` can print all of them at once.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from . import expr
-from .errors import Collector
+from .errors import Collector, suggest
 from .model import (
     Caps, Cost, Fdx, FastPath, Gather, InputSpec, Kernel, Location, Memory, OpParams, Output,
     ParamField, Precision, Returns,
@@ -24,6 +24,7 @@ RULE = re.compile(r"(passthrough|same_as|from_params)\(\s*([A-Za-z_][A-Za-z0-9_]
 _DIMS_COMMENT = re.compile(r"\[([^\]]*)\]")
 _FUSED_ID_COMMENT = re.compile(r"FusedOpId\((\d+)\)")
 _OPTION = re.compile(r"Option<\s*([A-Za-z0-9_]+)\s*>\Z")
+_KERNEL_LINE = re.compile(r"kernel:[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:#.*)?\Z")
 MISSING = object()
 
 
@@ -40,6 +41,9 @@ class Reader:
             data = {}
         self.data: dict = dict(data)
         self.lines: dict = getattr(data, "key_lines", {})
+        self.known: list[str] = []  # keys asked for, to name the likely one behind an unknown key
+        self.missing: list[str] = []  # required keys not found; reported by finish()
+        self.present = 0  # known keys found
 
     def line_of(self, key: str) -> int:
         return self.lines[key] + self.ctx.offset if key in self.lines else self.line
@@ -50,14 +54,22 @@ class Reader:
     def error(self, key: str, message: str) -> None:
         self.ctx.add(self.line_of(key), self.path(key), message)
 
+    def _absent(self, key: str, required: bool) -> None:
+        """Note a key that is not there.  A missing required key is reported by finish(), where
+        a misspelling of it among the unknown keys turns the two complaints into one."""
+        self.known.append(key)
+        # a non-mapping, or a line that could not be read as this key, was reported already
+        if required and self.ok and self.path(key) not in self.ctx.failed:
+            self.missing.append(key)
+            self.ctx.fail(self.path(key))
+
     def take(self, key: str, check: Callable[[Any], bool], expected: str, default: Any = MISSING) -> Any:
         line = self.line_of(key)
         if key not in self.data:
-            if default is MISSING:
-                self.ctx.add(self.line, self.path(key), f"missing required key {key!r}")
-                return None
-            self.data.pop(key, None)
-            return default
+            self._absent(key, default is MISSING)
+            return None if default is MISSING else default
+        self.known.append(key)
+        self.present += 1
         value = self.data.pop(key)
         if not check(value):
             self.ctx.add(line, self.path(key), f"expected {expected}, found {_show(value)}")
@@ -84,16 +96,18 @@ class Reader:
 
     def sub(self, key: str, default: Any = MISSING) -> Optional["Reader"]:
         if key not in self.data:
-            if default is MISSING:
-                self.ctx.add(self.line, self.path(key), f"missing required key {key!r}")
+            self._absent(key, default is MISSING)
             return None
+        self.known.append(key)
+        self.present += 1
         return Reader(self.data.pop(key), self.path(key), self.ctx, self.line_of(key))
 
     def items(self, key: str, required: bool = True) -> list["Reader"]:
         if key not in self.data:
-            if required:
-                self.ctx.add(self.line, self.path(key), f"missing required key {key!r}")
+            self._absent(key, required)
             return []
+        self.known.append(key)
+        self.present += 1
         value = self.data.pop(key)
         line = self.line_of(key)
         if not isinstance(value, list):
@@ -104,8 +118,20 @@ class Reader:
                 for i, v in enumerate(value)]
 
     def finish(self) -> None:
+        """Report unknown keys, then missing required ones not explained by a misspelling."""
+        if self.data and not self.present:
+            # none of its own keys, only strangers: a misplaced mapping, not one missing keys
+            self.missing.clear()
         for key in self.data:
-            self.ctx.add(self.line_of(key), self.path(key), f"unknown key {key!r} (leftover entry)")
+            guess = suggest(key, self.known)
+            if guess in self.missing:
+                self.missing.remove(guess)  # one cause (a typo), one message
+            hint = f"did you mean {guess!r}?" if guess else f"known keys: {', '.join(self.known)}"
+            self.ctx.add(self.line_of(key), self.path(key), f"unknown key {key!r} ({hint})")
+        for key in self.missing:
+            self.ctx.add(self.line, self.path(key), f"missing required key {key!r}")
+        self.data.clear()
+        self.missing.clear()
 
 
 def _show(value: Any) -> str:
@@ -119,9 +145,17 @@ class BlockContext:
         self.offset = offset  # absolute line = yaml line + offset
         self.problems = problems
         self.comments = comments  # absolute line -> comment text
+        # key paths whose value drew a problem (or could not be read): the checks that would
+        # reason from such a value are skipped, since their complaint would follow from the first
+        self.failed: set[str] = set()
 
     def add(self, line: int, keypath: str, message: str) -> None:
+        self.failed.add(keypath)
         self.problems.add(self.path, line, keypath, message)
+
+    def fail(self, keypath: str) -> None:
+        """Mark a value untrustworthy without a message (its cause is reported elsewhere)."""
+        self.failed.add(keypath)
 
 
 def canonical_lines(lines: list[str]) -> list[str]:
@@ -130,30 +164,58 @@ def canonical_lines(lines: list[str]) -> list[str]:
     return reindent(flat, BLOCK)
 
 
-def load_block(lines: list[str], first_line: int, path: str, problems: Collector) -> tuple[Any, dict[int, str], str]:
-    """Load an fkc block (flattened or indented). Returns (data, comments, canonical text)."""
+def load_block(lines: list[str], first_line: int, path: str, problems: Collector,
+               root: str = "", covered: Optional[set[str]] = None) -> tuple[Any, dict[int, str], str]:
+    """Load an fkc block (flattened or indented). Returns (data, comments, canonical text).
+
+    ``root`` (the section name) starts the key paths of YAML problems when the block's own
+    ``kernel:`` line cannot be read; ``covered`` receives the key paths that a reported line
+    made unreadable (for BlockContext.failed)."""
     comments = {first_line + i: split_comment(raw.strip())[1] for i, raw in enumerate(lines)}
+    root = kernel_name(lines) or root
+
+    def report(exc: YamlProblem) -> None:
+        problems.add(path, first_line + exc.line - 1, exc.keypath, exc.message)
+
     try:
         if is_indented(list(lines)):
-            data = load("\n".join(lines))
+            data = load("\n".join(lines), root)
             try:
                 canon = "\n".join(canonical_lines(list(lines)))
             except YamlProblem:
                 canon = "\n".join(lines)  # the model builder reports the real problem, with its key path
         else:
-            canon = "\n".join(canonical_lines(list(lines)))
-            data = load(canon)
+            # recover past unplaceable lines, so one run reports the block's other errors too
+            found: list[YamlProblem] = []
+            canon = "\n".join(reindent([line.strip() for line in lines], BLOCK, root, found))
+            for exc in found:
+                report(exc)
+                if covered is not None:
+                    covered.update(exc.covers)
+            data = load(canon, root)
     except YamlProblem as exc:
-        problems.add(path, first_line + exc.line - 1, exc.keypath, exc.message)
+        report(exc)
         return None, comments, ""
     return data, comments, canon
 
 
-def build_kernel(data: Any, ctx: BlockContext, title: str, description: str, canon: str) -> Optional[Kernel]:
+def kernel_name(lines: Iterable[str]) -> Optional[str]:
+    """The identifier on the block's top-level ``kernel:`` line, read before the YAML parses."""
+    for line in lines:
+        m = _KERNEL_LINE.match(line.rstrip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def build_kernel(data: Any, ctx: BlockContext, title: str, description: str, canon: str,
+                 section: str = "") -> Optional[Kernel]:
     top = Reader(data, "", ctx, ctx.offset + 1)
     if not top.ok:
         return None
-    name = top.ident("kernel") or "<unnamed>"
+    # an unreadable name was reported; the section's name keeps the key paths (and the
+    # section-name check) from repeating that complaint
+    name = top.ident("kernel") or section or "<unnamed>"
     top.keypath = name
     fused_op = top.ident("fused_op") or ""
     fused_id = top.integer("fused_op_id", None)
@@ -203,13 +265,9 @@ def _inputs(top: Reader, ctx: BlockContext) -> tuple[InputSpec, ...]:
     specs: list[InputSpec] = []
     for r in accept.items("inputs"):
         name = r.ident("name") or "<unnamed>"
-        r.keypath = f"{r.keypath}"
-        dtypes = r.take("dtypes", lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list of dtypes") or []
-        for d in dtypes:
-            if d not in DTYPES:
-                r.error("dtypes", f"dtype {d!r} is not in the vocabulary {sorted(DTYPES)}")
+        dtypes = _dtypes(r)
         layout = _layout(r)
-        rank = r.integer("rank") or 0
+        rank: Optional[int] = r.integer("rank")  # None: missing or malformed, already reported
         rank_line = r.line_of("rank")
         explicit = r.take("dims", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                           "a list of dim names", None)
@@ -219,7 +277,7 @@ def _inputs(top: Reader, ctx: BlockContext) -> tuple[InputSpec, ...]:
         r.finish()
         dims = _dims(r, explicit, ctx.comments.get(rank_line, ""), rank, rank_line, constraint, specs)
         specs.append(InputSpec(
-            name=name, dtypes=tuple(dtypes), layout=layout, rank=rank, dims=dims,
+            name=name, dtypes=dtypes, layout=layout, rank=len(dims) if rank is None else rank, dims=dims,
             shape_constraint=constraint, shape_constraint_text=ctext, optional=bool(optional),
             fdx=fdx, loc=Location(ctx.path, r.line),
         ))
@@ -227,10 +285,26 @@ def _inputs(top: Reader, ctx: BlockContext) -> tuple[InputSpec, ...]:
     return tuple(specs)
 
 
+def _dtypes(r: Reader) -> tuple[str, ...]:
+    """The input's dtypes.  An unknown one is reported once and left out, so no later check
+    (float/integer mixing, the shared element type T) reasons about it."""
+    listed = r.take("dtypes", lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list of dtypes") or []
+    known: list[str] = []
+    for d in listed:
+        if isinstance(d, str) and d in DTYPES:
+            known.append(d)
+            continue
+        guess = suggest(d, DTYPES)
+        hint = f" (did you mean {guess!r}?)" if guess else ""
+        r.error("dtypes", f"dtype {d!r} is not in the vocabulary {sorted(DTYPES)}{hint}")
+    return tuple(known)
+
+
 def _layout(r: Reader) -> tuple[tuple[str, str], ...]:
     sub = r.sub("layout", None)
     if sub is None:
         return ()
+    sub.known.extend(LAYOUT_KEYS)
     out = []
     for key in list(sub.data):
         if key not in LAYOUT_KEYS:
@@ -242,8 +316,10 @@ def _layout(r: Reader) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _dims(r: Reader, explicit: Any, comment: str, rank: int, rank_line: int,
+def _dims(r: Reader, explicit: Any, comment: str, rank: Optional[int], rank_line: int,
           constraint: Optional[expr.Constraint], earlier: list[InputSpec]) -> tuple[str, ...]:
+    """The input's dim names: explicit, from the rank line's ``# [..]`` comment, or a same_as
+    input's.  ``rank`` is None when it was reported unreadable: then the count is not checked."""
     dims: Optional[list[str]] = None
     if explicit is not None:
         dims = list(explicit)
@@ -253,15 +329,18 @@ def _dims(r: Reader, explicit: Any, comment: str, rank: int, rank_line: int,
             dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
         elif isinstance(constraint, expr.SameAs):
             other = next((s for s in earlier if s.name == constraint.other), None)
-            if other is not None:
+            if other is not None and other.dims:
                 dims = list(other.dims)
     if dims is None:
+        if rank is None:  # neither a rank nor names: the dim symbols are unknown, not wrong
+            r.ctx.fail(r.path("dims"))
+            return ()
         name = r.data.get("name", "x")
         return tuple(f"{name}_dim{i}" for i in range(rank))
     for d in dims:
         if not IDENT.match(d):
             r.ctx.add(rank_line, r.path("dims"), f"dim name {d!r} is not an identifier")
-    if len(dims) != rank:
+    if rank is not None and len(dims) != rank:
         r.ctx.add(rank_line, r.path("dims"), f"{len(dims)} dim names {dims} for rank {rank}")
     return tuple(dims)
 

@@ -1,11 +1,13 @@
 """Cross-entry checks that run after every block has been built (a separate pass)."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Optional
 
 from . import expr
 from .errors import Collector
-from .model import FusedOpInfo, Kernel
+from .model import FusedOpInfo, InputSpec, Kernel
+from .schema import FLOAT_DTYPES
 
 
 def cost_symbols(kernel: Kernel) -> set[str]:
@@ -15,61 +17,131 @@ def cost_symbols(kernel: Kernel) -> set[str]:
     return names
 
 
-def check_kernel(k: Kernel, fused_ops: Mapping[str, FusedOpInfo], problems: Collector) -> None:
+class _Failed:
+    """Key paths (relative to the kernel) that already drew a problem or could not be read.
+
+    A check that reads such a value is skipped: whatever it found would follow from the problem
+    already reported (``rank: four`` is not also "rank 0" everywhere the rank is used)."""
+
+    def __init__(self, keypaths: Iterable[str], kernel: str):
+        self.paths = {p.removeprefix(kernel + ".") for p in keypaths}
+
+    def __call__(self, keypath: str) -> bool:
+        """True when ``keypath`` or a mapping or list around it failed."""
+        return any(keypath == p or keypath.startswith((p + ".", p + "[")) for p in self.paths)
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What the cross-checks may rely on, given the problems already reported for a kernel."""
+
+    ranks: Mapping[str, int]  # input name -> rank (a guess where the rank failed)
+    trusted_ranks: frozenset[str]  # inputs whose rank was read without a problem
+    names_complete: bool  # every input name was read: "names no input" is a real finding
+    symbols_complete: bool  # every input's dims were read: "unknown symbol" is a real finding
+
+    @staticmethod
+    def of(k: Kernel, bad: _Failed) -> "_Known":
+        items = [f"accept.inputs[{i}]" for i in range(len(k.inputs))]
+        names = not bad("accept.inputs") and not any(bad(f"{kp}.name") for kp in items)
+        return _Known(
+            ranks={i.name: i.rank for i in k.inputs},
+            trusted_ranks=frozenset(i.name for i, kp in zip(k.inputs, items, strict=True) if not bad(f"{kp}.rank")),
+            names_complete=names,
+            symbols_complete=names and not any(bad(f"{kp}.dims") for kp in items),
+        )
+
+    def rank(self, name: str) -> Optional[int]:
+        """The input's rank when it can be trusted, else None."""
+        return self.ranks[name] if name in self.trusted_ranks else None
+
+
+AddFn = Callable[[int, str, str], None]
+
+
+def check_kernel(k: Kernel, fused_ops: Mapping[str, FusedOpInfo], problems: Collector,
+                 failed: Iterable[str] = ()) -> None:
+    """Cross-field checks of one built kernel.  ``failed`` holds the key paths the builder
+    already reported: checks that depend on them are skipped (one cause, one message)."""
     path = k.loc.path
 
     def add(line: int, keypath: str, message: str) -> None:
         problems.add(path, line, f"{k.name}.{keypath}" if keypath else k.name, message)
 
-    ranks = {i.name: i.rank for i in k.inputs}
-    if not k.inputs:
+    bad = _Failed(failed, k.name)
+    known = _Known.of(k, bad)
+    _check_inputs(k, bad, known, add)
+    _check_params(k, known, add)
+    _check_costs(k, bad, known, add)
+    _check_returns(k, bad, known, add)
+    _check_fused_op(k, bad, fused_ops, add)
+
+
+def _check_inputs(k: Kernel, bad: _Failed, known: _Known, add: AddFn) -> None:
+    if not k.inputs and not bad("accept.inputs"):
         add(k.loc.line, "accept.inputs", "a kernel needs at least one input")
     seen: set[str] = set()
     seen_optional = None
     lowered: dict[str, str] = {}
     for idx, spec in enumerate(k.inputs):
         kp = f"accept.inputs[{idx}]"
-        if spec.name in seen:
+        if spec.name in seen and not bad(kp + ".name"):
             add(spec.loc.line, kp + ".name", f"duplicate input name {spec.name!r}")
         seen.add(spec.name)
         if spec.optional:
             seen_optional = spec.name
-        elif seen_optional:
+        elif seen_optional and not bad(kp + ".optional"):
             add(spec.loc.line, kp, f"required input {spec.name!r} follows optional input {seen_optional!r}")
-        for dim in spec.dims:
-            prev = lowered.setdefault(dim.lower(), dim)
-            if prev != dim:
-                add(spec.loc.line, kp + ".dims", f"dim symbols {prev!r} and {dim!r} collide in lower case")
-        c = spec.shape_constraint
-        if isinstance(c, expr.SameAs):
-            if c.other not in ranks or c.other == spec.name:
-                add(spec.loc.line, kp + ".shape_constraint", f"same_as names unknown input {c.other!r}")
-            elif ranks[c.other] != spec.rank:
-                add(spec.loc.line, kp + ".shape_constraint",
-                    f"same_as={c.other} but ranks differ ({spec.rank} vs {ranks[c.other]})")
-        elif c is not None:
-            for node in expr.constraint_nodes(c):
-                _check_node(node, k, spec.rank, False, add, spec.loc.line, kp + ".shape_constraint")
-        if spec.fdx and spec.fdx.gather:
+        if not bad(kp + ".dims"):
+            for dim in spec.dims:
+                prev = lowered.setdefault(dim.lower(), dim)
+                if prev != dim:
+                    add(spec.loc.line, kp + ".dims", f"dim symbols {prev!r} and {dim!r} collide in lower case")
+        _check_shape_constraint(k, spec, kp, known, add)
+        if spec.fdx and spec.fdx.gather and known.names_complete:
             for role in (spec.fdx.gather.block_table, spec.fdx.gather.context_lens):
-                if role not in ranks:
+                if role not in known.ranks:
                     add(spec.loc.line, kp + ".fdx.gather", f"gather role {role!r} names no input")
-        for d in spec.dtypes:
-            if spec.is_float is False and d in ("F32", "F64", "BF16", "F16"):
-                add(spec.loc.line, kp + ".dtypes", "an input mixes float and integer dtypes")
-                break
-    if k.inputs and not k.float_dtypes:
+        if not spec.is_float and any(d in FLOAT_DTYPES for d in spec.dtypes) and not bad(kp + ".dtypes"):
+            add(spec.loc.line, kp + ".dtypes", "an input mixes float and integer dtypes")
+    # T is what every float input accepts, so it is only checkable when every dtypes list was read
+    readable = not bad("accept.inputs") and not any(
+        bad(f"accept.inputs[{i}].dtypes") or bad(f"accept.inputs[{i}].optional") for i in range(len(k.inputs)))
+    if k.inputs and readable and not k.float_dtypes:
         add(k.loc.line, "accept.inputs", "no element type T is accepted by every float input")
 
+
+def _check_shape_constraint(k: Kernel, spec: InputSpec, kp: str, known: _Known, add: AddFn) -> None:
+    c = spec.shape_constraint
+    keypath = kp + ".shape_constraint"
+    if isinstance(c, expr.SameAs):
+        if c.other == spec.name or (c.other not in known.ranks and known.names_complete):
+            add(spec.loc.line, keypath, f"same_as names unknown input {c.other!r}")
+        elif c.other in known.ranks:
+            mine, theirs = known.rank(spec.name), known.rank(c.other)
+            if mine is not None and theirs is not None and mine != theirs:
+                add(spec.loc.line, keypath, f"same_as={c.other} but ranks differ ({mine} vs {theirs})")
+    elif c is not None:
+        for node in expr.constraint_nodes(c):
+            _check_node(node, k, known, known.rank(spec.name), False, add, spec.loc.line, keypath)
+
+
+def _check_params(k: Kernel, known: _Known, add: AddFn) -> None:
     for f in k.op_params.fields:
-        if f.name in ranks:
+        if f.name in known.ranks:
             add(f.loc.line, f"op_params.fields.{f.name}", "a param may not share a name with an input")
         if f.constraint is not None:
+            keypath = f"op_params.fields.{f.name}.constraint"
             if isinstance(f.constraint, expr.SameAs):
-                add(f.loc.line, f"op_params.fields.{f.name}.constraint", "same_as is for inputs, not params")
+                add(f.loc.line, keypath, "same_as is for inputs, not params")
             for node in expr.constraint_nodes(f.constraint):
-                _check_node(node, k, 0, True, add, f.loc.line, f"op_params.fields.{f.name}.constraint")
+                _check_node(node, k, known, 0, True, add, f.loc.line, keypath)
 
+
+def _check_costs(k: Kernel, bad: _Failed, known: _Known, add: AddFn) -> None:
+    # the allowed symbols come from the inputs' dims and the params: if either was not fully
+    # read, an "unknown symbol" would only echo that problem
+    symbols_complete = known.symbols_complete and not bad("op_params.fields")
     allowed = cost_symbols(k)
     formulas = [("cost.flops", k.cost.flops), ("cost.bytes_moved", k.cost.bytes_moved),
                 ("cost.memory.device_bytes", k.cost.memory.device_bytes),
@@ -77,18 +149,29 @@ def check_kernel(k: Kernel, fused_ops: Mapping[str, FusedOpInfo], problems: Coll
                 ("cost.memory.disk_bytes", k.cost.memory.disk_bytes)]
     for keypath, formula in formulas:
         line = k.cost.line_of(keypath, k.loc.line)
-        for sym in sorted(formula.symbols - allowed):
-            add(line, keypath, f"unknown symbol {sym!r} in {str(formula)!r} (known: {', '.join(sorted(allowed))})")
+        if symbols_complete:
+            for sym in sorted(formula.symbols - allowed):
+                add(line, keypath, f"unknown symbol {sym!r} in {str(formula)!r} (known: {', '.join(sorted(allowed))})")
         for ref in formula.dimrefs:
-            _check_dimref(ref, k, add, line, keypath)
+            _check_dimref(ref, known, add, line, keypath)
 
-    for o in k.returns.items:
-        for rule in (o.dtype_source, o.shape_source):
-            if rule not in ranks:
-                add(o.loc.line, f"return.{k.returns.kind}.{o.name}", f"rule refers to unknown input {rule!r}")
-    if not k.returns.items:
+
+def _check_returns(k: Kernel, bad: _Failed, known: _Known, add: AddFn) -> None:
+    kind = k.returns.kind
+    for j, o in enumerate(k.returns.items):
+        # a malformed rule was reported and replaced by a placeholder: check only the readable ones
+        sources = [src for key, src in (("dtype_rule", o.dtype_source), ("shape_rule", o.shape_source))
+                   if not bad(f"return.{kind}[{j}].{key}")]
+        for rule in dict.fromkeys(sources):  # both rules naming one unknown input: one message
+            if rule not in known.ranks and known.names_complete:
+                add(o.loc.line, f"return.{kind}.{o.name}", f"rule refers to unknown input {rule!r}")
+    if not k.returns.items and not bad("return"):
         add(k.loc.line, "return", "a kernel must return at least one output")
 
+
+def _check_fused_op(k: Kernel, bad: _Failed, fused_ops: Mapping[str, FusedOpInfo], add: AddFn) -> None:
+    if bad("fused_op"):
+        return  # an unreadable name was reported; looking it up would only repeat that
     info = fused_ops.get(k.fused_op)
     if info is None:
         add(k.loc.line, "fused_op", f"fused op {k.fused_op!r} is not in contracts/fused_ops.yaml")
@@ -96,28 +179,32 @@ def check_kernel(k: Kernel, fused_ops: Mapping[str, FusedOpInfo], problems: Coll
         add(k.loc.line, "fused_op", f"FusedOpId({k.fused_op_id}) disagrees with fused_ops.yaml id {info.id}")
 
 
-def _check_node(node: expr.Node, k: Kernel, own_rank: int, allow_self: bool, add, line: int, keypath: str) -> None:
+def _check_node(node: expr.Node, k: Kernel, known: _Known, own_rank: Optional[int], allow_self: bool,
+                add: AddFn, line: int, keypath: str) -> None:
+    """``own_rank`` is None when the constrained input's rank could not be read."""
     for n in expr.walk(node):
         if isinstance(n, expr.SelfRef) and not allow_self:
             add(line, keypath, "a leading '==' (self) is only valid in op param constraints")
-        elif isinstance(n, expr.Sym) and n.name not in k.symbols:
+        elif isinstance(n, expr.Sym) and n.name not in k.symbols and known.symbols_complete:
             add(line, keypath, f"unknown symbol {n.name!r}")
         elif isinstance(n, expr.DimRef):
             if n.tensor is None:
                 if allow_self:
                     add(line, keypath, "bare 'dim[i]' needs an input: write input.dim[i]")
-                elif n.index >= own_rank:
+                elif own_rank is not None and n.index >= own_rank:
                     add(line, keypath, f"dim[{n.index}] is out of range for rank {own_rank}")
             else:
-                _check_dimref(n, k, add, line, keypath)
+                _check_dimref(n, known, add, line, keypath)
 
 
-def _check_dimref(ref: expr.DimRef, k: Kernel, add, line: int, keypath: str) -> None:
-    ranks = {i.name: i.rank for i in k.inputs}
-    if ref.tensor not in ranks:
-        add(line, keypath, f"{ref.tensor}.dim[{ref.index}] names no input")
-    elif ref.index >= ranks[ref.tensor]:
-        add(line, keypath, f"{ref.tensor}.dim[{ref.index}] is out of range for rank {ranks[ref.tensor]}")
+def _check_dimref(ref: expr.DimRef, known: _Known, add: AddFn, line: int, keypath: str) -> None:
+    if ref.tensor is None or ref.tensor not in known.ranks:
+        if known.names_complete:
+            add(line, keypath, f"{ref.tensor}.dim[{ref.index}] names no input")
+        return
+    rank = known.rank(ref.tensor)
+    if rank is not None and ref.index >= rank:
+        add(line, keypath, f"{ref.tensor}.dim[{ref.index}] is out of range for rank {rank}")
 
 
 def check_document(kernels: Iterable[Kernel], problems: Collector) -> None:
@@ -127,14 +214,14 @@ def check_document(kernels: Iterable[Kernel], problems: Collector) -> None:
         if k.name in names:
             problems.add(k.loc.path, k.loc.line, k.name, f"duplicate kernel {k.name!r} (first at line {names[k.name].loc.line})")
         names.setdefault(k.name, k)
-        if k.entry_point in entries:
+        if k.entry_point and k.entry_point in entries:  # "" is an unreadable one, reported already
             problems.add(k.loc.path, k.loc.line, f"{k.name}.entry_point", f"entry point {k.entry_point!r} already used by {entries[k.entry_point].name}")
         entries.setdefault(k.entry_point, k)
     # fused-op ids are one namespace across every contract: one id per op, one op per id
     op_ids: dict[str, tuple[int, Kernel]] = {}
     id_ops: dict[int, tuple[str, Kernel]] = {}
     for k in kernels:
-        if k.fused_op_id is None:
+        if k.fused_op_id is None or not k.fused_op:  # "": an unreadable op name, reported already
             continue
         if k.fused_op in op_ids and op_ids[k.fused_op][0] != k.fused_op_id:
             first = op_ids[k.fused_op][1]

@@ -1,8 +1,9 @@
 """One exception type for every contract problem, carrying all problems found."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Optional
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,15 @@ class ContractError(ValueError):
             problems = [Problem("<contract>", 0, "", problems)]
         self.problems: tuple[Problem, ...] = tuple(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def suggest(word: Any, choices: Iterable[str]) -> Optional[str]:
+    """The choice ``word`` most likely misspells (case-insensitive), for "did you mean", or None."""
+    if not isinstance(word, str):
+        return None
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.75)
+    return by_lower[close[0]] if close else None
 
 
 class Collector:

@@ -23,7 +23,7 @@ def format_document(text: str, path: str = "<contract>") -> str:
             flat = [line.strip() for line in block.lines]
             new = reindent(flat, schema) if schema is not None else canonical_lines(list(block.lines))
         except YamlProblem as exc:
-            raise ContractError([Problem(path, block.first_line + exc.line - 1, "", exc.message)]) from None
+            raise ContractError([Problem(path, block.first_line + exc.line - 1, exc.keypath, exc.message)]) from None
         start = block.first_line - 1
         lines[start:start + len(new)] = new
     out = "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ def parse_fused_ops(text: str, path: str = FUSED_OPS_FILE) -> dict[str, FusedOpI
     try:
         data = load(text)
     except YamlProblem as exc:
-        raise ContractError([_p(path, exc.line, "", exc.message)]) from None
+        raise ContractError([_p(path, exc.line, exc.keypath, exc.message)]) from None
     out: dict[str, FusedOpInfo] = {}
     top = Reader(data, "", BlockContext(path, 0, problems, {}), 1)
     ops = top.sub("fused_ops")
@@ -61,25 +61,30 @@ def parse_document(text: str, path: str = "<contract>", fused_ops: Optional[Mapp
     split = split_document(text, path, problems)
     provider = _front_matter(split.front_matter.lines, split.front_matter.first_line, path, problems)
     kernels: list[Kernel] = []
+    failed: dict[int, set[str]] = {}  # id(kernel) -> key paths already reported for it
     for section in split.sections:
         if len(section.blocks) > 1:
             problems.add(path, section.line, section.name, "a section holds at most one fkc block")
         for block in section.blocks[:1]:
-            data, comments, canon = load_block(list(block.lines), block.first_line, path, problems)
+            covered: set[str] = set()
+            data, comments, canon = load_block(list(block.lines), block.first_line, path, problems,
+                                               section.name, covered)
             if data is None:
                 continue
             ctx = BlockContext(path, block.first_line - 1, problems, comments)
+            ctx.failed |= covered
             if not section.description:
                 problems.add(path, section.line, section.name, "a kernel section needs a prose description")
-            kernel = build_kernel(data, ctx, section.title, section.description, canon)
+            kernel = build_kernel(data, ctx, section.title, section.description, canon, section.name)
             if kernel is None:
                 continue
             if kernel.name != section.name:
                 problems.add(path, kernel.loc.line, f"{kernel.name}.kernel",
                              f"kernel name {kernel.name!r} does not match its section '## {section.name}'")
             kernels.append(kernel)
+            failed[id(kernel)] = ctx.failed
     for k in kernels:
-        check_kernel(k, fused_ops, problems)
+        check_kernel(k, fused_ops, problems, failed[id(k)])
     check_document(kernels, problems)
     problems.raise_if_any()
     assert provider is not None
@@ -89,10 +94,16 @@ def parse_document(text: str, path: str = "<contract>", fused_ops: Optional[Mapp
 def _front_matter(lines, first_line: int, path: str, problems: Collector) -> Optional[Provider]:
     lines = list(lines)
     try:
-        text = "\n".join(lines if is_indented(lines) else reindent(lines, FRONT_MATTER))
+        if is_indented(lines):
+            text = "\n".join(lines)
+        else:  # recover past unplaceable lines, reporting each (see recover._Recovery)
+            found: list[YamlProblem] = []
+            text = "\n".join(reindent(lines, FRONT_MATTER, "", found))
+            for exc in found:
+                problems.add(path, first_line + exc.line - 1, exc.keypath, exc.message)
         data = load(text)
     except YamlProblem as exc:
-        problems.add(path, first_line + exc.line - 1, "", exc.message)
+        problems.add(path, first_line + exc.line - 1, exc.keypath, exc.message)
         return Provider("", "", "", "", "")
     r = Reader(data, "", BlockContext(path, first_line - 1, problems, {}), first_line)
     version = r.integer("fkc_version")
