@@ -17,8 +17,8 @@ fuel_cy/cpu_levels.py.  Environment switches (documented in the README):
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
-import json
 import os
 import platform
 import subprocess
@@ -37,28 +37,27 @@ ROOT = Path(__file__).resolve().parent
 CORE = ROOT / "fuel_cy" / "_core"
 
 
-def _load_codegen():
-    # Import fuel_cy.codegen without running fuel_cy/__init__ (which needs the extension).
-    pkg = types.ModuleType("fuel_cy")
-    pkg.__path__ = [str(ROOT / "fuel_cy")]
-    saved = sys.modules.get("fuel_cy")
-    sys.modules["fuel_cy"] = pkg
-    try:
-        from fuel_cy.codegen import generate  # noqa: WPS433
-        return generate
-    finally:
-        for name in [n for n in sys.modules if n == "fuel_cy" or n.startswith("fuel_cy.")]:
-            del sys.modules[name]
-        if saved is not None:
-            sys.modules["fuel_cy"] = saved
+SOURCE_PACKAGE = "_fuel_cy_source"
 
 
-def _load_levels() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("_fuel_cy_cpu_levels", ROOT / "fuel_cy" / "cpu_levels.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+def _source_module(name: str) -> types.ModuleType:
+    """A pure-Python module of this checkout's fuel_cy/ (codegen, cpu_levels), imported by path.
+
+    The build runs before fuel_cy is installed (a fresh clone, an sdist), and `import fuel_cy`
+    would be wrong even when it works: it could find another installed copy, and the package's
+    __init__ loads the compiled extension that this build replaces -- from a tree that may no
+    longer match it (after a contract gains a kernel, the old extension lacks it and the import
+    fails).  The generator needs none of that: fuel_cy.codegen, fuel_cy.contract and
+    fuel_cy.cpu_levels use only the standard library, Jinja2 and PyYAML.  So fuel_cy/ is opened
+    under a private package name whose __init__ is never executed (the module object only lends
+    its __path__ to the import system); the modules' relative imports (`..contract`) resolve
+    inside it, and the name `fuel_cy` is never touched, so nothing needs restoring afterwards.
+    """
+    if SOURCE_PACKAGE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(SOURCE_PACKAGE, ROOT / "fuel_cy" / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT / "fuel_cy")])
+        sys.modules[SOURCE_PACKAGE] = importlib.util.module_from_spec(spec)
+    return importlib.import_module(f"{SOURCE_PACKAGE}.{name}")
 
 
 def _compiler() -> str:
@@ -137,18 +136,21 @@ def build_levels(cpu_levels: types.ModuleType) -> list:
     return usable
 
 
-def write_build_info(base: dict, levels: dict) -> None:
-    info = {
+def build_info(base: dict, levels: dict, sources: dict) -> dict:
+    """The build record (fuel_cy/_generated/_build_info.py): flags, levels, and the sha256 of each
+    source compiled, which `fuel-cy generate --check` compares with the tree."""
+    return {
         "compile_args": base["compile_args"], "link_args": base["link_args"],
         "openmp": base["openmp"], "sanitize": base["sanitize"],
         "compiler": _compiler(), "machine": platform.machine(), "python": platform.python_version(),
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpu_capabilities": list(levels),
         "levels": levels,
+        "sources_sha256": sources,
     }
-    text = ("# GENERATED at build time by setup.py -- DO NOT EDIT.\n"
-            f"BUILD_INFO = {json.dumps(info, indent=4)}\n").replace("true", "True").replace("false", "False")
-    (ROOT / "fuel_cy" / "_generated" / "_build_info.py").write_text(text)
+
+
+BUILD_INFO: dict = {}  # filled by extensions(), written by ParallelBuildExt once everything compiled
 
 
 def _jobs() -> int:
@@ -163,12 +165,28 @@ class ParallelBuildExt(build_ext):
         if not self.parallel:
             self.parallel = _jobs()
 
+    def run(self) -> None:
+        super().run()
+        # The record is written only now that every module compiled, so it never claims sources
+        # that a failed build left uncompiled.  In place (`build_ext --inplace`, editable installs)
+        # it goes next to the modules in the checkout; otherwise into the build tree the wheel is
+        # made from (build_py has already copied the package there).
+        if BUILD_INFO:
+            target = ROOT if self.inplace else Path(self.build_lib)
+            _source_module("codegen.buildinfo").write_build_info(target / "fuel_cy" / "_generated", BUILD_INFO)
+
 
 def extensions() -> list:
-    from Cython.Build import cythonize
+    import numpy  # the validators' typed fast path reads arrays through numpy's C API (fastcheck.pxi)
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        raise SystemExit(f"building fuel_cy needs Cython: {sys.executable} -m pip install 'Cython>=3.0.8' "
+                         "'setuptools>=68' (`pip install .` fetches its own build tools)") from None
 
-    _load_codegen()(ROOT)
-    cpu_levels = _load_levels()
+    _source_module("codegen.generate").generate_all(ROOT)
+    sources = _source_module("codegen.buildinfo").compiled_sources(ROOT)
+    cpu_levels = _source_module("cpu_levels")
     base = base_flags()
     omp_c = ["-fopenmp"] if base["openmp"] else []
     omp_l = ["-fopenmp"] if base["openmp"] else []
@@ -179,12 +197,12 @@ def extensions() -> list:
                               "features": cpu_levels.features_from_macros(_macros(list(level.flags)))}
         exts.append(Extension(f"fuel_cy._generated._core_{level.name}",
                               sources=[f"fuel_cy/_generated/_core_{level.name}.pyx"],
-                              include_dirs=[str(CORE)], extra_compile_args=args,
+                              include_dirs=[str(CORE), numpy.get_include()], extra_compile_args=args,
                               extra_link_args=[*base["link_args"], *omp_l]))
-    write_build_info(base, levels)
+    BUILD_INFO.update(build_info(base, levels, sources))
     for name, source in (("fuel_cy._generated._kernels", "fuel_cy/_generated/_kernels.pyx"),
                          ("fuel_cy._cpuid", "fuel_cy/_cpuid.pyx")):
-        exts.append(Extension(name, sources=[source], include_dirs=[str(CORE)],
+        exts.append(Extension(name, sources=[source], include_dirs=[str(CORE), numpy.get_include()],
                               extra_compile_args=base["compile_args"], extra_link_args=base["link_args"]))
     # Bounds checks stay on for the generated Python-level code (a shape tuple of the wrong
     # length must raise, not read past its end); the hot loops use raw pointers into buffers

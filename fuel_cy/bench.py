@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .tables import format_table
+
 REPS = 5
 
 
@@ -373,7 +375,6 @@ def flash_32k_rss() -> dict[str, float]:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    from .cli import _format_table
     from .targets import targets
 
     rows = [["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"]]
@@ -382,7 +383,7 @@ def print_table(result: dict[str, Any]) -> None:
                      "—" if r["peer_ms"] is None else f"{r['peer_ms']:.2f}",
                      "—" if r["ratio"] is None else f"{r['ratio']:.2f}x",
                      "—" if r["pct_gemm"] is None else f"{r['pct_gemm']:.0f}%"])
-    print(_format_table(rows))
+    print(format_table(rows))
     m = result["machine"]
     print(f"\nf32 GEMM {result['gemm_gflops']:.1f} GFLOP/s; large copy {result['copy_gbps']:.1f} GB/s (read+write); "
           f"{m['cpu']}, {m['threads']} threads; torch {result['torch'] or 'not installed'}; ratio = peer ms / our ms")
@@ -399,9 +400,7 @@ def print_table(result: dict[str, Any]) -> None:
 
 def print_targets(rows: list[dict[str, Any]]) -> None:
     """A targets table: what was measured against each goal and whether it is met."""
-    from .cli import _format_table
-
-    print(_format_table([["target", "measured", "met"]] + [
+    print(format_table([["target", "measured", "met"]] + [
         [t["target"], t["measured"], {True: "yes", False: "NO", None: "—"}[t["met"]]] for t in rows]))
 
 
@@ -511,12 +510,10 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
     progress("")
-    from .cli import _format_table
-
     table = [["kernel:dtype", "overhead us", "GFLOP/s (fit)", "GB/s (fit)", "held-out max err"]]
     for key, f in fits.items():
         table.append([key, f"{f['overhead_ns'] / 1e3:.1f}", "—" if f["ns_per_flop"] == 0 else f"{1 / f['ns_per_flop']:.1f}",
                       "—" if f["ns_per_byte"] == 0 else f"{1 / f['ns_per_byte']:.1f}", f"{100 * f['heldout_max_rel_err']:.0f}%"])
-    print(_format_table(table))
+    print(format_table(table))
     print(f"wrote {path}")
     return 0

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .cpu_levels import ENV_CAPABILITY
+from .tables import format_table
 
 # our level -> torch's environment for the same instruction set.  MKL_ENABLE_INSTRUCTIONS alone is
 # not enough: on AMD CPUs MKL ignores it (torch.mm on one Zen 4 core ran 94 GFLOP/s under SSE4_2,
@@ -162,11 +163,9 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
 
 def main(json_out: Optional[str] = None, progress: Callable[[str], None] = lambda s: None) -> int:
     from .bench import print_targets
-    from .cli import _format_table
-
     result = run_levels(progress=progress)
     progress("")
-    print(_format_table(table_rows(result)))
+    print(format_table(table_rows(result)))
     m = result["machine"]
     print(f"\n{m['cpu']}, {m['threads']} threads; torch {result['torch']}; ratio = torch ms / our ms, "
           f"both at the same instruction set")

@@ -14,12 +14,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from .contract import ContractError, load_contract
 from .contract.loader import contract_files, default_contracts_dir
+from .errors import UsageError
+from .tables import format_table
 
 OK, PROBLEMS, USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad command-line input: reported on stderr with exit code 2."""
 
 
 def _status(msg: str) -> None:
@@ -43,13 +41,19 @@ def _done_status() -> None:
 
 
 def _contract_paths(args: Sequence[str]) -> list[Path]:
+    """The files named, else every contract of the checkout around the current folder (else of
+    the installed fuel_cy), saying which on the first line."""
     if args:
         paths = [Path(a) for a in args]
         for p in paths:
             if not p.is_file():
                 raise UsageError(f"no such contract file: {p}")
         return paths
-    return contract_files(default_contracts_dir())
+    from .workspace import contracts_to_check
+
+    folder, which = contracts_to_check()
+    print(f"contracts: {folder} -- {which}")
+    return contract_files(folder)
 
 
 # ---- validate / fmt / generate / build -------------------------------------------------------
@@ -96,12 +100,15 @@ def cmd_fmt(ns: argparse.Namespace) -> int:
 
 
 def cmd_generate(ns: argparse.Namespace) -> int:
-    from .codegen import find_root, generate
+    from .codegen import generate_all
+    from .workspace import extension_status, workspace
 
-    root = find_root(Path(ns.root) if ns.root else None)
+    ws = workspace(ns.root)
+    print(ws.describe())
+    root = ws.root
     out = Path(ns.out).resolve() if ns.out else None
     try:
-        result = generate(root, out, check=ns.check)
+        result = generate_all(root, out, check=ns.check)
     except ContractError as exc:
         for p in exc.problems:
             print(p, file=sys.stderr)
@@ -109,33 +116,67 @@ def cmd_generate(ns: argparse.Namespace) -> int:
         return PROBLEMS
     target = out or root / "fuel_cy" / "_generated"
     if ns.check:
+        status = PROBLEMS if result.stale else OK
         if result.stale:
             for rel in result.changed:
                 print(f"stale: {target / rel}")
             for rel in result.extras:
                 print(f"extra: {target / rel}")
-            print(f"{len(result.changed) + len(result.extras)} generated file(s) out of date; run `fuel-cy generate`")
-            return PROBLEMS
-        print(f"generated files in {target} are up to date")
-        return OK
+            print(f"{len(result.changed) + len(result.extras)} generated file(s) out of date; run "
+                  f"`{ws.build_command()}` to regenerate and compile (`fuel-cy generate` writes the sources only)")
+        else:
+            print(f"generated files in {target} are up to date")
+        if out is None:  # the generated sources are only half the story: is the compiled code theirs?
+            ext = extension_status(ws)
+            for line in ext.lines:
+                print(line)
+            if ext.fresh is False:
+                status = PROBLEMS
+        return status
     for rel in result.changed:
         print(f"wrote {target / rel}")
     print(f"{len(result.changed)} file(s) written, the rest unchanged")
+    if out is None and result.changed:
+        if ws.imported_here:
+            print("the compiled extension is stale until `fuel-cy build` compiles them")
+        else:
+            print(f"note: this Python imports fuel_cy from {ws.install.describe()}, which these files do not "
+                  f"change; to use them: {ws.build_command()}")
     return OK
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
-    from .codegen import find_root, generate
+    from .codegen import generate_all
+    from .workspace import build_tools_advice, missing_build_tools, pip_install, workspace
 
-    root = find_root(Path(ns.root) if ns.root else None)
+    ws = workspace(ns.root)
+    print(ws.describe(), file=sys.stderr)
+    root = ws.root
+    # Everything that can stop the build is checked before a single file is written.
+    if not ws.imported_here and not ws.explicit:
+        why = ("an installed package cannot be rebuilt in place" if not ws.install.editable else
+               "a build here would not change what `import fuel_cy` runs "
+               f"(to build this tree anyway: fuel-cy build --root {root})")
+        print(f"fuel-cy build: error: this Python imports fuel_cy from {ws.install.describe()}, not from {root}: "
+              f"{why}. Nothing was written.\n"
+              f"  install your edits:        {pip_install(root)}\n"
+              f"  or switch to editable:     {pip_install(root, editable=True)}   "
+              "(then `fuel-cy build` rebuilds in place)", file=sys.stderr)
+        return PROBLEMS
+    missing = missing_build_tools()
+    if missing:
+        print(f"fuel-cy build: error: cannot compile here: {'; '.join(missing)}. Nothing was written.\n"
+              + build_tools_advice(missing, root), file=sys.stderr)
+        return PROBLEMS
     _stage("[1/3] validating contracts")
     try:
         _stage("[2/3] generating code")
-        result = generate(root)
+        result = generate_all(root)
     except ContractError as exc:
         _done_status()
         for p in exc.problems:
             print(p, file=sys.stderr)
+        print("build refused: nothing was written", file=sys.stderr)
         return PROBLEMS
     _stage(f"[3/3] compiling the extension ({len(result.changed)} generated file(s) changed; ~1 min on 2 cores)")
     proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=root,
@@ -143,9 +184,15 @@ def cmd_build(ns: argparse.Namespace) -> int:
     _done_status()
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        print("build failed", file=sys.stderr)
+        print("build failed: the generated sources are current but the extension was not rebuilt "
+              "(`fuel-cy generate --check` reports it stale until a build succeeds)", file=sys.stderr)
         return PROBLEMS
-    print(f"built {root / 'fuel_cy' / '_generated'} (editable installs pick it up; otherwise `pip install .`)")
+    where = root / "fuel_cy" / "_generated"
+    if ws.imported_here:
+        print(f"built {where}: from now on `import fuel_cy` in this environment loads it")
+    else:
+        print(f"built {where}; this Python imports fuel_cy from {ws.install.describe()}: run with "
+              f"PYTHONPATH={root} to use this build, or install it: {pip_install(root, editable=True)}")
     return OK
 
 
@@ -175,15 +222,8 @@ def cmd_list(ns: argparse.Namespace) -> int:
                   else f"sibling of {r['exec_arm']}" if r["exec_arm"] else "not exec-wired")
         table.append([r["contract"], r["name"], r["fused_op"], str(r["fused_op_id"]), ",".join(r["dtypes"]),
                       "f32" if r["compute"] == "f32" else "in T", wiring, r["revision_hash"]])
-    print(_format_table(table))
+    print(format_table(table))
     return OK
-
-
-def _format_table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def _find_kernel(name: str):
@@ -274,8 +314,12 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     unknown = set(shapes) - set(entry.inputs)
     if unknown:
         raise UsageError(f"{ns.kernel} has no input {sorted(unknown)[0]!r} (inputs: {', '.join(entry.inputs)})")
+    from .cost import check_shapes
+
+    dtype = _dtype_arg(ns.dtype, ns.kernel)
+    check_shapes(ns.kernel, shapes, dtype)  # the kernel's own checks and messages: InputError, exit 2
     args = [shapes.get(n) for n in entry.inputs]
-    report = fuel_cy.cost(ns.kernel, *args, dtype=_dtype_arg(ns.dtype, ns.kernel))
+    report = fuel_cy.cost(ns.kernel, *args, dtype=dtype)
     data = report.as_dict()
     if ns.json:
         print(json.dumps({"schema": "fuel-cy.cost/1", **data}, indent=2))
@@ -310,8 +354,6 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 def cmd_demo(ns: argparse.Namespace) -> int:
     from .runner import demo
-
-    import fuel_cy
 
     print(_level_line())
     ok = demo(progress=_status, json_out=ns.json)

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Sequence, Union
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from ._generated import _kernels
 from ._validation import NUMPY_DTYPES, dtype_code
-from .contract.schema import DTYPE_BYTES
+from .contract.schema import DTYPE_BYTES, FLOAT_DTYPES
 from .errors import InputError
 from .registry import registry
 
@@ -37,6 +38,69 @@ def _dtype_name(dtype: Any) -> str:
     return code
 
 
+def _require_inputs(entry: Any, shapes: Mapping[str, Any]) -> None:
+    missing = [n for n in entry.inputs if n not in shapes and n not in entry.optional_inputs]
+    if missing:
+        raise InputError("cost", f"input {missing[0]!r}", "accept.inputs", "missing: pass an array or a shape for every required input")
+
+
+def _input_dtypes(entry: Any) -> dict[str, tuple[str, ...]]:
+    """Each input's contract dtypes, from the copy of the contract the extension was generated
+    from (fuel_cy/_generated/contracts/), else the one in use."""
+    from .contract import load_contract
+    from .contract.loader import default_contracts_dir
+
+    name = Path(entry.contract).name
+    for folder in (Path(__file__).resolve().parent / "_generated" / "contracts", default_contracts_dir()):
+        if (folder / name).is_file():
+            for k in load_contract(folder / name).kernels:
+                if k.name == entry.name:
+                    return {i.name: tuple(i.dtypes) for i in k.inputs}
+    return {}
+
+
+def _stand_in(shape: tuple[int, ...], dtype: np.dtype, fill: bool) -> np.ndarray:
+    """An array of `shape` for the validators to inspect.  Float inputs are never read before the
+    compute, so they are C-contiguous views of a single element (no memory, any size); inputs whose
+    contents the checks read (block tables, lengths) are real zero-filled arrays."""
+    if fill:
+        return np.zeros(shape, dtype)
+    strides = []
+    step = dtype.itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, tuple(reversed(strides)), writeable=False)
+
+
+def check_shapes(kernel: str, shapes: Mapping[str, Sequence[int]], dtype: Any = "F32", **params: Any) -> None:
+    """Check a call of `kernel` on inputs of these shapes exactly as the kernel checks a call: its
+    own generated validator runs on stand-in arrays (float inputs in `dtype`, index inputs in
+    their contract type), so a shape the kernel would reject raises the kernel's InputError."""
+    entry = registry.get(kernel)
+    if entry is None:
+        raise InputError("cost", "kernel", "registry", f"unknown kernel {kernel!r} (known: {', '.join(registry)})")
+    _require_inputs(entry, shapes)
+    T = NUMPY_DTYPES[_dtype_name(dtype)]
+    declared = _input_dtypes(entry)
+    arrays: list[Optional[np.ndarray]] = []
+    for name in entry.inputs:
+        if name not in shapes:
+            arrays.append(None)
+            continue
+        allowed = declared.get(name, ())
+        floats = [d for d in allowed if d in FLOAT_DTYPES]
+        code = None if floats or not allowed else allowed[0]
+        try:
+            arrays.append(_stand_in(tuple(int(n) for n in shapes[name]),
+                                    T if code is None else NUMPY_DTYPES[code], fill=code is not None))
+        except (ValueError, MemoryError) as exc:
+            raise InputError(kernel, f"input {name!r}", "shape", f"cannot stand for shape {tuple(shapes[name])}: {exc}") from None
+    validate = getattr(_kernels, f"_validate_{kernel}")
+    defaults = {k: v for k, v in (entry.fn.__kwdefaults__ or {}).items() if k in entry.params}
+    validate(*arrays, **{**defaults, **{k: v for k, v in params.items() if k in entry.params}})
+
+
 def cost(kernel: str, *inputs_or_shapes: Union[np.ndarray, Sequence[int], None], dtype: Any = None,
          **params: Any) -> CostReport:
     """Evaluate ``kernel``'s cost formulas.
@@ -61,9 +125,7 @@ def cost(kernel: str, *inputs_or_shapes: Union[np.ndarray, Sequence[int], None],
                 shapes[name] = tuple(int(v) for v in value)  # type: ignore[union-attr]
             except (TypeError, ValueError):
                 raise InputError("cost", f"input {name!r}", "shape", f"expected an array or a shape tuple, received {value!r}") from None
-    missing = [n for n in entry.inputs if n not in shapes and n not in entry.optional_inputs]
-    if missing:
-        raise InputError("cost", f"input {missing[0]!r}", "accept.inputs", "missing: pass an array or a shape for every required input")
+    _require_inputs(entry, shapes)
     code = _dtype_name(dtype if dtype is not None else "F32")
     try:
         raw = getattr(_kernels, f"_cost_{kernel}")(shapes, DTYPE_BYTES[code], params)

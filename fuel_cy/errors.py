@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .contract.errors import ContractError
 
-__all__ = ["InputError", "ContractError", "CpuCapabilityError", "StaleBuildWarning"]
+__all__ = ["InputError", "ContractError", "CpuCapabilityError", "StaleBuildWarning", "UsageError"]
 
 
 class InputError(ValueError):
@@ -35,3 +35,11 @@ class StaleBuildWarning(UserWarning):
 class CpuCapabilityError(RuntimeError):
     """No compiled level of the core can run here, or FUEL_CY_CPU_CAPABILITY names one that the
     build lacks or this CPU cannot run.  The message lists the levels that would work."""
+
+
+class UsageError(Exception):
+    """A request that names something the kernel or the tool does not have (an unknown kernel, an
+    option a kernel lacks, a malformed shape): `fuel-cy` reports it on stderr with exit code 2.
+
+    Raised by the library layers the command line drives (`fuel_cy.runner`), so it lives here,
+    below the CLI, rather than in `fuel_cy.cli`."""

@@ -9,6 +9,8 @@ import numpy as np
 
 from . import reference, tolerance
 from ._validation import NUMPY_DTYPES
+from .errors import InputError, UsageError
+from .tables import format_table
 
 # default problems by the kind of kernel, read from its inputs (so a new contract's kernels run too)
 DEFAULT_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
@@ -38,6 +40,39 @@ class RunSpec:
     k_len: Optional[int] = None
 
 
+# The `fuel-cy run` options a RunSpec carries, and what each needs of the kernel: a param of its
+# contract (op_params) or an input.  --shape, --dtype and --seed apply to every kernel.
+OPTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "causal": ("--causal", "param", ("causal",)),
+    "window": ("--window", "param", ("window_size_left", "window_size_right")),
+    "softcap": ("--softcap", "param", ("softcap",)),
+    "k_len": ("--k-len", "param", ("k_len",)),
+    "alibi": ("--alibi", "input", ("alibi_slopes",)),
+}
+
+
+def kernel_options(entry: Any) -> list[str]:
+    """The options of `fuel-cy run` that `entry`'s kernel takes."""
+    have = set(entry.params) | set(entry.inputs)
+    return ["--shape", "--dtype", "--seed"] + [flag for flag, _, needs in OPTIONS.values() if set(needs) <= have]
+
+
+def check_spec(spec: "RunSpec", entry: Any) -> None:
+    """A UsageError for an option or a --shape input that the kernel does not have (naming the
+    kernel, the option and the ones it does take), instead of silently ignoring it."""
+    for attr, (flag, kind, needs) in OPTIONS.items():
+        value = getattr(spec, attr)
+        if value is None or value is False:
+            continue
+        absent = [n for n in needs if n not in (entry.params if kind == "param" else entry.inputs)]
+        if absent:
+            raise UsageError(f"{spec.kernel} has no option {flag} (its contract has no {kind} {absent[0]!r}); "
+                             f"options for {spec.kernel}: {', '.join(kernel_options(entry))}")
+    unknown = [n for n in spec.shapes if n not in entry.inputs]
+    if unknown:
+        raise UsageError(f"{spec.kernel} has no input {unknown[0]!r} for --shape (inputs: {', '.join(entry.inputs)})")
+
+
 @dataclass
 class RunResult:
     spec: RunSpec
@@ -47,6 +82,7 @@ class RunResult:
     error: float
     bound: float
     naive_error: Optional[float] = None
+    naive_note: Optional[str] = None  # why the naive comparison was skipped
 
     @property
     def ok(self) -> bool:
@@ -63,6 +99,8 @@ class RunResult:
                  f"{'ok' if self.ok else 'MISMATCH'}"]
         if self.naive_error is not None:
             lines.append(f"  vs naive    {self.naive_error:.3e}")
+        elif self.naive_note:
+            lines.append(f"  vs naive    skipped: {self.naive_note}")
         return "\n".join(lines)
 
 
@@ -71,9 +109,8 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
 
     entry = fuel_cy.registry.get(spec.kernel)
     if entry is None:
-        from .cli import UsageError
-
         raise UsageError(f"unknown kernel {spec.kernel!r} (known: {', '.join(fuel_cy.registry)})")
+    check_spec(spec, entry)
     kind = kernel_kind(entry.inputs)
     shapes = dict(DEFAULT_SHAPES[kind])
     shapes.update(spec.shapes)
@@ -99,7 +136,8 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
     k = rand(shapes["k"])
     v = rand(shapes.get("v", shapes["k"]))
     alibi = rng.random(q.shape[1]).astype(T) if spec.alibi else None
-    params["causal"] = spec.causal
+    if "causal" in entry.params:
+        params["causal"] = spec.causal
     if spec.window:
         params["window_size_left"], params["window_size_right"] = spec.window
     if kind == "backward":
@@ -131,15 +169,33 @@ def run_kernel(spec: RunSpec, repeats: int = 3) -> RunResult:
         error = max(tolerance.relative_error(o, r) for o, r in zip(out, ref))
     else:
         error = tolerance.relative_error(out, ref)
-    naive_error = None
+    naive_error, naive_note = None, None
     if spec.kernel == "attention_flash":
-        naive = fuel_cy.attention_naive(*args, **params)
-        naive_error = tolerance.relative_error(out, naive)
+        naive_error, naive_note = _versus_naive(out, args, params, spec.dtype)
     report = fuel_cy.cost(spec.kernel, *args, **{k: v for k, v in params.items() if k == "block_size"})
     shape = " ".join(f"{n}={list(a.shape)}" for n, a in zip(fuel_cy.registry[spec.kernel].inputs, args)
                      if a is not None and n in ("q", "k", "k_cache"))
     return RunResult(spec, shape, float(np.median(times)), float(report.flops), error,
-                     tolerance.bound(spec.dtype, q.shape[-1], sk, backward, entry.compute), naive_error)
+                     tolerance.bound(spec.dtype, q.shape[-1], sk, backward, entry.compute), naive_error, naive_note)
+
+
+def _versus_naive(out: Any, args: list[Any], params: dict[str, Any], dtype: str) -> tuple[Optional[float], Optional[str]]:
+    """attention_flash's output against attention_naive's on the same call, when the naive kernel
+    (as its contract stands) takes that call; else why not."""
+    import fuel_cy
+
+    naive = fuel_cy.registry.get("attention_naive")
+    if naive is None:
+        return None, "there is no attention_naive kernel"
+    if dtype not in naive.dtypes:
+        return None, f"attention_naive does not take {dtype} (its contract lists {', '.join(naive.dtypes)})"
+    extra = [p for p in params if p not in naive.params]
+    if extra:
+        return None, f"attention_naive has no param {extra[0]!r}"
+    try:
+        return tolerance.relative_error(out, naive.fn(*args, **params)), None
+    except InputError as exc:  # the compiled kernel and the tables disagree (an unbuilt edit)
+        return None, f"attention_naive rejects the call: {exc}"
 
 
 def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[str] = None) -> bool:
@@ -149,22 +205,35 @@ def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[st
 
     rows = [["kernel", "dtype", "shape", "time ms", "GFLOP/s", "max rel err", "bound", "ok"]]
     audit = []
+    notes = []
     all_ok = True
-    for name in fuel_cy.registry:
-        for dtype in fuel_cy.registry[name].dtypes:
+    for name, entry in fuel_cy.registry.items():
+        for dtype in entry.dtypes:
             progress(f"demo: {name} {dtype}")
-            spec = RunSpec(kernel=name, dtype=dtype, causal=kernel_kind(fuel_cy.registry[name].inputs) != "paged",
-                           alibi=True)
-            r = run_kernel(spec, repeats=2)
+            # what the contract offers: causal masking where it has the param, ALiBi where it has the input
+            spec = RunSpec(kernel=name, dtype=dtype, causal="causal" in entry.params,
+                           alibi="alibi_slopes" in entry.inputs)
+            try:
+                r = run_kernel(spec, repeats=2)
+            except InputError as exc:
+                if ".dtypes" not in exc.clause:
+                    raise
+                # the registry lists the dtype but the compiled kernel's contract no longer takes it
+                # (an edited contract, generated but not yet built): not this demo's failure to report
+                notes.append(f"{name} {dtype} skipped: the compiled kernel does not take {dtype} ({exc}); "
+                             "rebuild (`fuel-cy build`) so the registry and the kernels agree")
+                continue
+            if r.naive_note:
+                notes.append(f"{name} {dtype}: comparison with attention_naive skipped: {r.naive_note}")
             all_ok &= r.ok
             rows.append([name, dtype, r.shape, f"{r.seconds * 1e3:.2f}", f"{r.gflops:.1f}",
                          f"{r.error:.2e}", f"{r.bound:.0e}", "yes" if r.ok else "NO"])
             audit.append({"kernel": name, "dtype": dtype, "shape": r.shape, "error": r.error, "bound": r.bound,
                           "ok": r.ok, "ms": r.seconds * 1e3})
-    from .cli import _format_table
-
     progress("")
-    print(_format_table(rows))
+    print(format_table(rows))
+    for note in notes:
+        print(f"note: {note}")
     print("all kernels verified against the float64 reference" if all_ok else "MISMATCH: see the rows marked NO")
     print("(GFLOP/s uses the contract's cost formula, which counts all Sq x Sk pairs, also for causal runs)")
     if json_out:

@@ -209,3 +209,298 @@ def test_bench_targets_are_judged_from_the_results():
     assert judged["f16 within 4x of f32 (ratio >= 0.25)"]["met"] is None
     assert judged["paged decode K+V read >= 60% of the copy rate"]["met"] is False
     assert judged["flash S=32768 D=64 peak RSS <= inputs + output + 64 MB"]["measured"] == "+33 MB"
+
+
+# ---- issue #16: the CLI on top of the library, and the edit workflow in both install modes ------
+
+def _checkout(dest: Path, *, sources: bool = True) -> Path:
+    """A fuel_cy checkout to work in: contracts and pyproject.toml (+ templates, core, setup.py)."""
+    shutil.copytree(ROOT / "contracts", dest / "contracts")
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    if sources:
+        shutil.copytree(ROOT / "templates", dest / "templates")
+        shutil.copytree(ROOT / "fuel_cy" / "_core", dest / "fuel_cy" / "_core")
+        shutil.copy(ROOT / "fuel_cy" / "_cpuid.pyx", dest / "fuel_cy" / "_cpuid.pyx")
+        shutil.copy(ROOT / "setup.py", dest / "setup.py")
+    return dest
+
+
+def _edit_contract(root: Path) -> None:
+    contract = root / "contracts" / "fuel-reference-backend.md"
+    contract.write_text(contract.read_text().replace('flops: "4 * b * hq * sq * sk * d"', 'flops: "8 * b * hq * sq * sk * d"', 1))
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _fake_build(root: Path, *, record_sources: bool = True) -> None:
+    """What a successful in-place build leaves behind, minus the compiling: module files and the
+    build record (generate --check only looks at their presence, times and the record)."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    from fuel_cy.codegen.buildinfo import compiled_sources, write_build_info
+
+    for rel in ("fuel_cy/_generated/_kernels", "fuel_cy/_cpuid", "fuel_cy/_generated/_core_default"):
+        (root / (rel + EXTENSION_SUFFIXES[0])).write_bytes(b"")
+    info = {"cpu_capabilities": ["default"], "levels": {"default": {"compile_args": []}}, "built_at": "now"}
+    if record_sources:
+        info["sources_sha256"] = compiled_sources(root)
+    write_build_info(root / "fuel_cy" / "_generated", info)
+
+
+def _installed_copy(site: Path) -> Path:
+    """A regular (non-editable) install of fuel_cy, as PYTHONPATH sees it: the package without its
+    checkout around it (the compiled modules are left out: the commands tested never load them)."""
+    shutil.copytree(ROOT / "fuel_cy", site / "fuel_cy",
+                    ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__", "*.pyx", "*.pxi", "*.h", "calibration-*"))
+    return site
+
+
+def test_library_layers_do_not_import_the_cli():
+    import ast
+
+    for path in sorted((ROOT / "fuel_cy").rglob("*.py")):
+        if path.name in ("cli.py", "__main__.py") or "_generated" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").endswith("cli"), f"{path} imports the CLI"
+    from fuel_cy.errors import UsageError
+    from fuel_cy.tables import format_table
+    from fuel_cy import cli
+
+    assert cli.UsageError is UsageError
+    assert format_table([["a", "bb"], ["ccc", "d"]]) == "a    bb\n---  --\nccc  d"
+
+
+def test_build_info_is_written_as_python_not_patched_json(tmp_path):
+    from fuel_cy.codegen.buildinfo import read_build_info, render_build_info, write_build_info
+
+    info = {"compiler": "/opt/truecc/bin/gcc-\"x\"\\", "openmp": True, "sanitize": False, "note": None,
+            "flags": ["-DFALSE=false", "-O3"], "levels": {"default": {"features": []}}}
+    ns: dict = {}
+    exec(render_build_info(info), ns)
+    assert ns["BUILD_INFO"] == info
+    assert read_build_info(write_build_info(tmp_path, info)) == info
+    assert read_build_info(tmp_path / "missing.py") is None
+    with pytest.raises(ValueError):
+        render_build_info({"path": Path("/x")})
+
+
+def test_cost_checks_shapes_with_the_kernels_own_validation():
+    import numpy as np
+
+    import fuel_cy
+
+    cases = [((1, 3, 16, 8), (1, 2, 16, 8), (1, 2, 16, 8)),    # Hq not a multiple of Hkv
+             ((1, 8, 16, 64), (1, 2, 16, 32), (1, 2, 16, 32)),  # D differs
+             ((1, 8, 16, 64), (1, 2, 16, 64), (1, 2, 8, 64)),   # v is not k's shape
+             ((1, 8, 16), (1, 2, 16, 64), (1, 2, 16, 64))]      # q's rank
+    for q, k, v in cases:
+        with pytest.raises(fuel_cy.InputError) as exc:
+            fuel_cy.attention_flash(*(np.zeros(s, np.float32) for s in (q, k, v)))
+        r = cli("cost", "attention_flash", *(f"--shape={n}={','.join(map(str, s))}" for n, s in zip("qkv", (q, k, v))))
+        assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+        assert r.stderr.strip() == f"fuel-cy cost: error: {exc.value}"
+    # the dtype takes part too: the mixed kernel takes bf16/f16 only
+    r = cli("cost", "attention_flash_mixed", "--shape", "q=1,8,16,64", "--shape", "k=1,2,16,64",
+            "--shape", "v=1,2,16,64", "--dtype", "f32")
+    assert r.returncode == 2 and "accept.inputs[0].dtypes ['BF16', 'F16']: received dtype float32" in r.stderr
+    # a shape far beyond memory is still costed: the stand-ins the validators inspect hold no data
+    r = cli("cost", "attention_flash", "--shape", "q=64,64,1048576,256", "--shape", "k=64,8,1048576,256",
+            "--shape", "v=64,8,1048576,256", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["flops"] == 4 * 64 * 64 * 1048576 * 1048576 * 256
+    r = cli("cost", "attention_paged_naive", "--shape", "q=4,8,1,64", "--shape", "k_cache=100,16,2,64",
+            "--shape", "v_cache=100,16,2,64", "--shape", "block_table=4,10", "--shape", "context_lens=5")
+    assert r.returncode == 2 and "attention_paged_naive: input 'context_lens'" in r.stderr
+
+
+def test_run_rejects_options_the_kernel_does_not_have():
+    r = cli("run", "attention_paged_naive", "--causal")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "attention_paged_naive has no option --causal" in r.stderr
+    assert "options for attention_paged_naive: --shape, --dtype, --seed, --softcap, --alibi" in r.stderr
+    for args, flag in ((("--window", "4,"), "--window"), (("--k-len", "8"), "--k-len")):
+        r = cli("run", "attention_paged_naive", *args)
+        assert r.returncode == 2 and f"attention_paged_naive has no option {flag}" in r.stderr
+    r = cli("run", "attention_flash_backward", "--k-len", "8")
+    assert r.returncode == 2 and "attention_flash_backward has no option --k-len" in r.stderr and "--causal" in r.stderr
+    r = cli("run", "attention_flash", "--shape", "kv=1,2,16,8")
+    assert r.returncode == 2 and "attention_flash has no input 'kv'" in r.stderr and "q, k, v" in r.stderr
+
+
+def test_demo_skips_with_a_note_the_dtypes_an_edited_contract_removed(monkeypatch, capsys):
+    import dataclasses
+
+    import numpy as np
+
+    import fuel_cy
+    from fuel_cy import cli as cli_module
+    from fuel_cy.errors import InputError
+
+    real_naive, flash = fuel_cy.registry["attention_naive"], fuel_cy.registry["attention_flash"]
+
+    def naive_without_bf16(q, *args, **kwargs):  # attention_naive as rebuilt after the edit
+        if q.dtype not in (np.float32, np.float64, np.float16):
+            raise InputError("attention_naive", "input 'q'", "accept.inputs[0].dtypes ['F32', 'F64', 'F16']",
+                             f"received dtype {q.dtype}", "contracts/fuel-reference-backend.md:54")
+        return real_naive.fn(q, *args, **kwargs)
+
+    def demo(naive_dtypes):
+        naive = dataclasses.replace(real_naive, dtypes=naive_dtypes, fn=naive_without_bf16)
+        monkeypatch.setattr(fuel_cy, "registry", {"attention_naive": naive,
+                                                  "attention_flash": dataclasses.replace(flash, dtypes=("F32", "BF16"))})
+        monkeypatch.setattr(fuel_cy, "attention_naive", naive_without_bf16)
+        code = cli_module.main(["demo"])
+        return code, capsys.readouterr().out
+
+    # rebuilt: naive no longer lists BF16; flash's BF16 row runs, its naive comparison is skipped
+    code, out = demo(("F32", "F64", "F16"))
+    assert code == 0, out
+    rows = [tuple(l.split()[:2]) for l in out.splitlines() if l.startswith("attention_")]
+    assert rows == [("attention_naive", "F32"), ("attention_naive", "F64"), ("attention_naive", "F16"),
+                    ("attention_flash", "F32"), ("attention_flash", "BF16")]
+    assert ("note: attention_flash BF16: comparison with attention_naive skipped: attention_naive does not "
+            "take BF16 (its contract lists F32, F64, F16)") in out
+    # generated, not yet built: the tables still list BF16 but the kernel refuses it
+    code, out = demo(("F32", "BF16"))
+    assert code == 0, out
+    assert "note: attention_naive BF16 skipped: the compiled kernel does not take BF16" in out
+    assert "fuel-cy build" in out and "all kernels verified" in out
+
+
+def test_validate_uses_the_checkout_in_the_current_folder(tmp_path):
+    checkout = _checkout(tmp_path / "clone", sources=False)
+    contract = checkout / "contracts" / "fuel-reference-backend.md"
+    contract.write_text(contract.read_text().replace('flops: "4 * b * hq * sq * sk * d"', 'flops: "4 * zz"', 1))
+    for cwd in (checkout, checkout / "contracts"):
+        r = cli("validate", cwd=cwd)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert r.stdout.splitlines()[0] == (f"contracts: {checkout / 'contracts'} -- the checkout in the current "
+                                            f"folder ({checkout})")
+        assert f"{contract}:" in r.stdout and "zz" in r.stdout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = cli("validate", cwd=elsewhere)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "the current folder is not in a checkout" in r.stdout.splitlines()[0]
+    assert str(checkout) not in r.stdout
+    # a folder whose pyproject names another project is not a checkout
+    (elsewhere / "contracts").mkdir()
+    (elsewhere / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    assert "not in a checkout" in cli("validate", cwd=elsewhere).stdout
+
+
+def test_build_without_cython_says_what_to_run_and_writes_nothing(tmp_path):
+    proj = _checkout(tmp_path / "proj")
+    assert cli("generate", "--root", str(proj)).returncode == 0
+    _edit_contract(proj)  # a build would now rewrite generated files
+    before = _snapshot(proj)
+    code = ("import sys; sys.modules['Cython'] = None  # as if Cython were not installed\n"
+            "from fuel_cy.cli import main; sys.exit(main(sys.argv[1:]))")
+    # FUEL_CY_CPU_LEVELS names no level: should the check ever let setup.py run, it stops at once
+    r = subprocess.run([sys.executable, "-c", code, "build", "--root", str(proj)], capture_output=True, text=True,
+                       env={**os.environ, "FUEL_CY_CPU_LEVELS": "no-such-level"}, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"Cython is not installed in {sys.executable}" in r.stderr and "Nothing was written." in r.stderr
+    assert f"{sys.executable} -m pip install 'Cython>=3.0.8' 'setuptools>=68'" in r.stderr
+    assert f"cd {proj} && {sys.executable} -m pip install -e ." in r.stderr
+    assert _snapshot(proj) == before
+    # the same without a C compiler
+    r = cli("build", "--root", str(proj), env={"CC": "no-such-cc", "FUEL_CY_CPU_LEVELS": "no-such-level"})
+    assert r.returncode == 1 and "no C compiler: `no-such-cc` is not on PATH" in r.stderr and "Traceback" not in r.stderr
+    assert _snapshot(proj) == before
+
+
+def test_build_in_a_checkout_this_python_does_not_import_explains_and_writes_nothing(tmp_path):
+    proj = _checkout(tmp_path / "proj")
+    before = _snapshot(proj)
+    # editable install of another checkout (this suite's): building here would change nothing it runs
+    r = cli("build", cwd=proj, env={"FUEL_CY_CPU_LEVELS": "no-such-level"})
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"this Python imports fuel_cy from the checkout {ROOT} (editable), not from {proj}" in r.stderr
+    python = SCRIPT.read_text().splitlines()[0][2:]  # the console script's interpreter
+    assert f"install your edits:        cd {proj} && {python} -m pip install .\n" in r.stderr
+    assert f"fuel-cy build --root {proj}" in r.stderr
+    assert _snapshot(proj) == before
+    # a regular install: it cannot be rebuilt in place
+    site = _installed_copy(tmp_path / "site")
+    env = {"PYTHONPATH": str(site), "FUEL_CY_CPU_LEVELS": "no-such-level"}
+    r = subprocess.run([sys.executable, "-m", "fuel_cy", "build"], capture_output=True, text=True, cwd=proj,
+                       env={**os.environ, **env}, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"a regular, non-editable install at {site / 'fuel_cy'}" in r.stderr
+    assert "an installed package cannot be rebuilt in place" in r.stderr
+    assert f"install your edits:        cd {proj} && {sys.executable} -m pip install ." in r.stderr
+    assert _snapshot(proj) == before
+    # and outside any checkout there is nothing to build
+    r = subprocess.run([sys.executable, "-m", "fuel_cy", "build"], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, **env}, timeout=300)
+    assert r.returncode == 2 and "no fuel_cy checkout" in r.stderr and "cd into your clone" in r.stderr
+
+
+def test_generate_check_reports_an_extension_built_from_other_sources(tmp_path):
+    proj = _checkout(tmp_path / "proj")
+    assert cli("generate", "--root", str(proj)).returncode == 0
+    _fake_build(proj)
+    r = cli("generate", "--check", "--root", str(proj))
+    assert r.returncode == 0, r.stdout
+    assert f"the compiled extension in {proj / 'fuel_cy' / '_generated'} was built from these sources" in r.stdout
+    # edit, regenerate without compiling: the generated files are current, the extension is not
+    _edit_contract(proj)
+    assert cli("generate", "--root", str(proj)).returncode == 0
+    r = cli("generate", "--check", "--root", str(proj))
+    assert r.returncode == 1, r.stdout
+    assert f"generated files in {proj / 'fuel_cy' / '_generated'} are up to date" in r.stdout
+    assert "stale extension: the compiled modules in" in r.stdout and "fuel_cy/_generated/_kernels.pyx" in r.stdout
+    assert f"run `fuel-cy build --root {proj}`" in r.stdout
+    # a compiled module missing from the build
+    _fake_build(proj)
+    next(proj.glob("fuel_cy/_generated/_core_default.*")).unlink()
+    r = cli("generate", "--check", "--root", str(proj))
+    assert r.returncode == 1 and "compiled module(s) missing: fuel_cy/_generated/_core_default" in r.stdout
+
+
+def test_generate_check_judges_an_older_record_by_file_times(tmp_path):
+    proj = _checkout(tmp_path / "proj")
+    assert cli("generate", "--root", str(proj)).returncode == 0
+    _fake_build(proj, record_sources=False)
+    assert cli("generate", "--check", "--root", str(proj)).returncode == 0
+    _edit_contract(proj)
+    assert cli("generate", "--root", str(proj)).returncode == 0
+    past = (proj / "fuel_cy" / "_generated" / "_kernels.pyx").stat().st_mtime - 60
+    for module in [*proj.glob("fuel_cy/_generated/*.so"), *proj.glob("fuel_cy/*.so")]:
+        os.utime(module, (past, past))
+    r = cli("generate", "--check", "--root", str(proj))
+    assert r.returncode == 1 and "stale extension: sources changed after the compiled modules" in r.stdout, r.stdout
+
+
+def test_generate_check_in_a_checkout_with_a_regular_install(tmp_path):
+    """`pip install .`, then edit and regenerate: the installed copy no longer matches the checkout."""
+    from fuel_cy.codegen.buildinfo import compiled_sources, read_build_info, write_build_info
+
+    proj = _checkout(tmp_path / "proj")
+    site = _installed_copy(tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "fuel_cy", *args], capture_output=True, text=True, cwd=proj,
+                              env=env, timeout=300)
+
+    assert run("generate").returncode == 0
+    info = read_build_info(site / "fuel_cy" / "_generated" / "_build_info.py") or {}
+    write_build_info(site / "fuel_cy" / "_generated", {**info, "sources_sha256": compiled_sources(proj)})
+    r = run("generate", "--check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith(f"checkout: {proj} -- the checkout in the current folder")
+    assert "was built from these sources" in r.stdout
+    _edit_contract(proj)
+    r = run("generate")
+    assert r.returncode == 0 and f"to use them: cd {proj} && {sys.executable} -m pip install ." in r.stdout
+    r = run("generate", "--check")
+    assert r.returncode == 1, r.stdout
+    assert f"stale extension: this Python imports fuel_cy from a regular, non-editable install at {site / 'fuel_cy'}" in r.stdout
+    assert f"reinstall it from the checkout: cd {proj} && {sys.executable} -m pip install ." in r.stdout

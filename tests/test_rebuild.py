@@ -62,6 +62,8 @@ def test_check_detects_stale_then_build_makes_it_fresh(rebuilt):
     assert build.returncode == 0, build.stdout + build.stderr
     assert "[3/3] compiling" in build.stderr
     assert fresh.returncode == 0, fresh.stdout
+    # setup.py recorded what it compiled, once it had compiled it (not judged by file times)
+    assert "the compiled extension in" in fresh.stdout and "was built from these sources" in fresh.stdout
 
 
 def test_removed_dtype_is_rejected_citing_the_contract(rebuilt):

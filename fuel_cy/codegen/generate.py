@@ -66,6 +66,11 @@ def _pydoc(text: str) -> str:
     return '"""' + body.replace("\n", "\n    ") + '\n    """'
 
 
+def npy_typenum(ctype: str) -> str:
+    """numpy's type number (Cython spelling) of a core work type."""
+    return {"float": "cnp.NPY_FLOAT32", "double": "cnp.NPY_FLOAT64", "unsigned int": "cnp.NPY_UINT32"}[ctype]
+
+
 def environment(templates: Path) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)), undefined=jinja2.StrictUndefined,
@@ -73,6 +78,7 @@ def environment(templates: Path) -> jinja2.Environment:
     )
     env.filters["py"] = _py
     env.filters["pydoc"] = _pydoc
+    env.filters["npy_typenum"] = npy_typenum
     return env
 
 
@@ -129,10 +135,22 @@ class Result:
         return bool(self.changed or self.extras)
 
 
-def generate(root: Optional[Path] = None, out_dir: Optional[Path] = None, check: bool = False) -> Result:
-    layout = Layout(root or find_root())
-    fm = render(layout, out_dir)
+def generate_all(root: Path, out_dir: Optional[Path] = None, *, check: bool = False) -> Result:
+    """The generator's one entry point: the checkout `root`'s contracts/ and templates/ ->
+    `root`/fuel_cy/_generated/ (or `out_dir`).  `fuel-cy generate`, `fuel-cy build` and setup.py
+    all call this.
+
+    Everything is rendered in memory first, so a contract error (ContractError) leaves every file
+    as it was; then only the files whose content changed are replaced, each atomically.  With
+    ``check=True`` nothing is written: the Result lists what would change.
+    """
+    fm = render(Layout(Path(root)), out_dir)
     if check:
         return Result(fm.changes(), fm.stale_extras())
     extras = fm.stale_extras()
     return Result(fm.commit(), extras)
+
+
+def generate(root: Optional[Path] = None, out_dir: Optional[Path] = None, check: bool = False) -> Result:
+    """generate_all for the checkout `root`, by default the one around the current folder."""
+    return generate_all(root or find_root(), out_dir, check=check)
