@@ -2,6 +2,7 @@
 contract; how a numpy array is inspected lives here, once)."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any, Optional, Sequence
@@ -162,6 +163,7 @@ def param_usize(kernel: str, name: str, value: Any, optional: bool, clause: str,
     return int(value)
 
 
+@functools.lru_cache(maxsize=1024)
 def default_scale(d: int) -> float:
     """softmax_scale's documented default: 1/sqrt(D) rounded to f32 (1.0 when D == 0)."""
     return float(np.float32(1.0 / math.sqrt(d))) if d > 0 else 1.0

@@ -191,6 +191,20 @@ def test_paged_bounds_are_checked_before_compute():
             fuel_cy.attention_paged_naive(q, kc, kc, bad, np.array([1, 1], np.uint32))
 
 
+def test_default_thread_count_is_read_once_and_again_on_reset(monkeypatch):
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        fuel_cy.set_num_threads(0)
+        assert fuel_cy.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "5")
+        assert fuel_cy.get_num_threads() == 3  # a call never re-reads the environment
+        fuel_cy.set_num_threads(0)
+        assert fuel_cy.get_num_threads() == 5
+    finally:
+        monkeypatch.undo()
+        fuel_cy.set_num_threads(0)
+
+
 def test_threads_api():
     assert fuel_cy.get_num_threads() >= 1
     fuel_cy.set_num_threads(1)

@@ -1,19 +1,47 @@
-# GIL-side drivers: take validated contiguous work arrays (float for f32/bf16/f16, double for
-# f64), allocate packed operands and per-thread scratch as numpy arrays (so a failed allocation is
-# a MemoryError, not a crash), then release the GIL for the cores.  Hand-written; included by the
-# generated extension.  Inputs are only read (const views, so read-only arrays are accepted; the
-# casts to the cores' plain pointers drop a const the cores honour); outputs are fully written.
+# GIL-side drivers: take the data of validated contiguous work arrays (float for f32/bf16/f16,
+# double for f64) as pointers, take packed operands and per-thread scratch from one buffer (a
+# numpy array, so a failed allocation is a MemoryError, not a crash), then release the GIL for the
+# cores.  Hand-written; included by the generated extension.  Inputs are only read (const
+# pointers, so read-only arrays are accepted; the casts to the cores' plain pointers drop a const
+# the cores honour); outputs are fully written.  Every size the cores touch follows from `dims`,
+# which the generated entries read from the arrays the validators checked.
 
 import threading as _threading
 
 import numpy as _np
+cimport numpy as cnp
+from libc.string cimport memset
+
+cnp.import_array()
+cdef int _BF16_NUM = _np.dtype(_v.NUMPY_DTYPES["BF16"]).num
 
 
-cdef inline object _work_dtype(real_t* dummy):
-    if real_t is float:
-        return _np.float32
-    else:
-        return _np.float64
+cdef inline void* _data(object x, int typenum, int typenum2=-1) except NULL:
+    """The data of an input the entry hands to a driver: a C-contiguous, native-order ndarray of
+    the work type.  The validators guarantee it; the check keeps the core memory-safe when an
+    entry is called directly, and costs a few compares."""
+    cdef int t
+    if not cnp.PyArray_Check(x):
+        raise ValueError("fuel_cy core: an input reached the core unvalidated (not a numpy array)")
+    t = cnp.PyArray_TYPE(<cnp.ndarray>x)
+    if ((t != typenum and t != typenum2) or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)
+            or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x)):
+        raise ValueError("fuel_cy core: an input reached the core unvalidated (not a C-contiguous "
+                         "array of its work type)")
+    return cnp.PyArray_DATA(<cnp.ndarray>x)
+
+
+cdef inline Py_ssize_t _dim(object x, int axis):
+    return cnp.PyArray_DIM(<cnp.ndarray>x, axis)
+
+
+cdef inline object _empty_as(object src, int typenum):
+    """A fresh C-contiguous array of src's shape (src is a validated ndarray)."""
+    return cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>src), cnp.PyArray_DIMS(<cnp.ndarray>src), typenum, 0)
+
+
+cdef inline Py_ssize_t _up64(Py_ssize_t nbytes) noexcept nogil:
+    return (nbytes + 63) // 64 * 64
 
 
 def _paged_live_blocks(q, k_cache, v_cache, block_table, context_lens, alibi_slopes, dict params):
@@ -83,6 +111,27 @@ def _temp(str slot, object shape, object dtype):
     return buf[:nbytes].view(dt).reshape(shape)
 
 
+cdef object _scratch(str slot, Py_ssize_t nbytes):
+    """One call's packed operands and per-thread scratch: a byte buffer of at least `nbytes`,
+    64-byte aligned by the caller (_aligned), kept per Python thread like _temp (the cores
+    overwrite what they read; a fresh buffer paid its page faults on every call)."""
+    cdef Py_ssize_t n = nbytes + 64
+    if n > TEMP_CACHE_BYTES:
+        return _np.empty(n, dtype=_np.uint8)
+    cache = getattr(_temps, "bufs", None)
+    if cache is None:
+        cache = _temps.bufs = {}
+    buf = cache.get(slot)
+    if buf is None or cnp.PyArray_DIM(<cnp.ndarray>buf, 0) < n:
+        buf = cache[slot] = _np.empty(max(n, 4096), dtype=_np.uint8)
+    return buf
+
+
+cdef inline char* _aligned(object buf):
+    cdef size_t p = <size_t>cnp.PyArray_DATA(<cnp.ndarray>buf)
+    return <char*>((p + 63) // 64 * 64)
+
+
 def _work(object x, object npwork, str code, int nthreads=1, str slot=None):
     """The core's flat work array for a float input: bf16/f16 widened to float32 in C (exact),
     into the reused temporary `slot`; other dtypes through _validation.work."""
@@ -144,37 +193,51 @@ cdef Py_ssize_t _kv_chunk(Py_ssize_t per_head, Py_ssize_t itemsize, Py_ssize_t n
     return max(1, min(nkv_total, fit))
 
 
-cdef object _forward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] slopes,
-                     bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads, bint naive,
+cdef enum:
+    SMALL_WORK = 1 << 18   # multiply-adds below which a call runs on the calling thread alone
+
+
+cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
+    """Waking the OpenMP team costs more than a decode-sized call's math; results never depend
+    on the thread count, so small calls run on one thread."""
+    return 1 if macs < SMALL_WORK else nthreads
+
+
+cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
+                     real_t* out, tuple dims, dict params, int nthreads, bint naive,
                      bint bf16_pairs=False):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
-    if out.shape[0] == 0:
+    cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
+    if nout == 0:
         return
     if sh.Sk == 0 or sh.D == 0:
-        out[:] = 0
+        memset(out, 0, nout * sizeof(real_t))
         return
+    nthreads = _threads_for(nthreads, nout * sh.Sk)
     cdef AttnOpts o = _opts(params, sh.Sk)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
     cdef Py_ssize_t per_head = ntiles * sh.D * BC
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
     cdef Py_ssize_t chunk = _kv_chunk(per_head, sizeof(real_t), nkv_total)
-    dt = _work_dtype(<real_t*>NULL)
     cdef Py_ssize_t D2 = (sh.D + 1) // 2
-    cdef real_t[::1] ktp = _np.empty(1 if bf16_pairs else chunk * per_head, dtype=dt)
-    cdef unsigned int[::1] kpp = _np.empty(chunk * ntiles * D2 * BC if bf16_pairs else 1, dtype=_np.uint32)
-    cdef unsigned int* kpp_p = &kpp[0] if bf16_pairs else NULL
     cdef Py_ssize_t ntasks, per_thread, kv0, nkv
     if naive:
         ntasks = chunk * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_NAIVE)
         per_thread = 2 * BR_NAIVE * sh.D + BR_NAIVE * ntiles * BC
     else:
-        ntasks = chunk * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_FLASH)
+        ntasks = flash_tasks(&sh, chunk)
         per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * D2
     cdef int nt = <int>min(nthreads, ntasks)
-    cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
-    cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
+    # one buffer: packed K (or its bf16 pairs), then every thread's scratch, each 64-byte aligned
+    cdef Py_ssize_t n_ktp = 0 if bf16_pairs else chunk * per_head * sizeof(real_t)
+    cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs else 0
+    buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + nt * per_thread * sizeof(real_t))
+    cdef char* base = _aligned(buf)
+    cdef real_t* ktp = <real_t*>base
+    cdef unsigned int* kpp_p = <unsigned int*>(base + _up64(n_ktp)) if bf16_pairs else NULL
+    cdef real_t* scratch = <real_t*>(base + _up64(n_ktp) + _up64(n_kpp))
     cdef fc_interrupt it
     fc_interrupt_init(&it, _on_main_thread())
     o.it = &it
@@ -185,93 +248,86 @@ cdef object _forward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const 
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
                 if bf16_pairs:
-                    pack_heads_pairs(<float*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
+                    pack_heads_pairs(<float*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, kpp_p, nt)
             if not bf16_pairs:
-                pack_heads(<real_t*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
+                pack_heads(<real_t*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, ktp, nt)
             if naive:
-                naive_forward_core(tag, kv0, nkv, <real_t*>&q[0], &ktp[0], <real_t*>&v[0], sp, &out[0], &sh, &o,
-                                   &scratch[0], per_thread, nt)
+                naive_forward_core(tag, kv0, nkv, <real_t*>q, ktp, <real_t*>v, <real_t*>slopes, out, &sh, &o,
+                                   scratch, per_thread, nt)
             else:
-                flash_forward_core(tag, kv0, nkv, <real_t*>&q[0], &ktp[0], kpp_p, <real_t*>&v[0], sp, &out[0], &sh, &o,
-                                   &scratch[0], per_thread, nt)
+                flash_forward_core(tag, kv0, nkv, <real_t*>q, ktp, kpp_p, <real_t*>v, <real_t*>slopes, out, &sh,
+                                   &o, scratch, per_thread, nt)
             kv0 += nkv
     fc_interrupt_raise(&it)
 
 
-cdef object drive_attention_flash(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] slopes,
-                                  bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
-    _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, False)
+cdef object drive_attention_flash(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
+                                  real_t* out, tuple dims, dict params, int nthreads):
+    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False)
 
 
-cdef object drive_attention_flash_half(RoundNone tag, const float[::1] q, const float[::1] k, const float[::1] v,
-                                       const float[::1] slopes, bint has_slopes, float[::1] out, tuple dims,
+cdef object drive_attention_flash_half(RoundNone tag, const float* q, const float* k, const float* v,
+                                       const float* slopes, float* out, tuple dims,
                                        dict params, int nthreads, int is_f16):
     """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
     level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16);
     otherwise, and for f16, the float32 loops."""
-    _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, False,
-             bool(FC_HAVE_DPBF16) and not is_f16)
+    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False, bool(FC_HAVE_DPBF16) and not is_f16)
 
 
-cdef object drive_attention_naive(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] slopes,
-                                  bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
-    _forward(tag, q, k, v, slopes, has_slopes, out, dims, params, nthreads, True)
+cdef object drive_attention_naive(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
+                                  real_t* out, tuple dims, dict params, int nthreads):
+    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, True)
 
 
-cdef object _paged(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const real_t[::1] vc,
-                   const unsigned short[::1] kc16, const unsigned short[::1] vc16, int is_f16,
-                   const unsigned int[::1] table, const unsigned int[::1] ctx_lens, const real_t[::1] slopes,
-                   bint has_slopes, real_t[::1] out, tuple dims, dict params, int nthreads):
+cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* vc,
+                   const unsigned short* kc16, const unsigned short* vc16, int is_f16,
+                   const unsigned int* table, const unsigned int* ctx_lens, const real_t* slopes,
+                   real_t* out, tuple dims, dict params, int nthreads):
     """Paged decode over a pool in the work type (kc, vc) or, under float32 compute, over a
-    bf16/f16 pool read in place (kc16, vc16; kc and vc are then None)."""
+    bf16/f16 pool read in place (kc16, vc16; kc and vc are then NULL)."""
     cdef PagedShape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.D, sh.block_size, sh.max_blocks, sh.num_blocks = dims
-    if out.shape[0] == 0:
+    cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
+    if nout == 0:
         return
     if sh.D == 0 or sh.max_blocks * sh.block_size == 0:
-        out[:] = 0
+        memset(out, 0, nout * sizeof(real_t))
         return
+    nthreads = _threads_for(nthreads, nout * sh.max_blocks * sh.block_size)
     paged_split(&sh, nthreads)
     cdef Py_ssize_t ntasks = paged_tasks(&sh)
     cdef Py_ssize_t per_thread = paged_scratch(&sh)
     cdef int nt = <int>min(nthreads, ntasks)
-    dt = _work_dtype(<real_t*>NULL)
-    cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
-    cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
-    cdef real_t* kcp = <real_t*>&kc[0] if kc is not None else NULL
-    cdef real_t* vcp = <real_t*>&vc[0] if vc is not None else NULL
-    cdef const unsigned short* kc16p = &kc16[0] if kc16 is not None else NULL
-    cdef const unsigned short* vc16p = &vc16[0] if vc16 is not None else NULL
+    buf = _scratch("paged", nt * per_thread * sizeof(real_t))
+    cdef real_t* scratch = <real_t*>_aligned(buf)
     cdef double scale = params["softmax_scale"]
     cdef double cap = params.get("softcap") or 0.0
     cdef fc_interrupt it
     fc_interrupt_init(&it, _on_main_thread())
     sh.it = &it
     with nogil:
-        paged_forward_core(tag, <real_t*>&q[0], kcp, vcp, kc16p, vc16p, is_f16, <unsigned int*>&table[0],
-                           <unsigned int*>&ctx_lens[0], sp, &out[0], &sh, scale, cap, &scratch[0], per_thread, nt)
+        paged_forward_core(tag, <real_t*>q, <real_t*>kc, <real_t*>vc, kc16, vc16, is_f16, <unsigned int*>table,
+                           <unsigned int*>ctx_lens, <real_t*>slopes, out, &sh, scale, cap, scratch, per_thread, nt)
     fc_interrupt_raise(&it)
 
 
-cdef object drive_attention_paged_naive(rnd_t tag, const real_t[::1] q, const real_t[::1] kc, const real_t[::1] vc,
-                                        const unsigned int[::1] table, const unsigned int[::1] ctx_lens,
-                                        const real_t[::1] slopes, bint has_slopes, real_t[::1] out,
+cdef object drive_attention_paged_naive(rnd_t tag, const real_t* q, const real_t* kc, const real_t* vc,
+                                        const unsigned int* table, const unsigned int* ctx_lens,
+                                        const real_t* slopes, real_t* out,
                                         tuple dims, dict params, int nthreads):
-    cdef const unsigned short[::1] no_half_pool = None
-    _paged(tag, q, kc, vc, no_half_pool, no_half_pool, 0, table, ctx_lens, slopes, has_slopes, out, dims, params,
-           nthreads)
+    _paged(tag, q, kc, vc, NULL, NULL, 0, table, ctx_lens, slopes, out, dims, params, nthreads)
 
 
-cdef object drive_attention_paged_half(RoundNone tag, const float[::1] q, const unsigned short[::1] kc,
-                                       const unsigned short[::1] vc, const unsigned int[::1] table,
-                                       const unsigned int[::1] ctx_lens, const float[::1] slopes, bint has_slopes,
-                                       float[::1] out, tuple dims, dict params, int nthreads, int is_f16):
+cdef object drive_attention_paged_half(RoundNone tag, const float* q, const unsigned short* kc,
+                                       const unsigned short* vc, const unsigned int* table,
+                                       const unsigned int* ctx_lens, const float* slopes,
+                                       float* out, tuple dims, dict params, int nthreads, int is_f16):
     """Paged decode over a bf16/f16 pool under float32 compute, read in place: no widened copy of
     the pool (the cores widen each group of keys as they go, exactly), so a decode step reads the
     cache at two bytes an element.  Same bits as drive_attention_paged_naive on the widened pool."""
-    cdef const float[::1] no_pool = None
-    _paged(tag, q, no_pool, no_pool, kc, vc, is_f16, table, ctx_lens, slopes, has_slopes, out, dims, params,
-           nthreads)
+    _paged(tag, q, <const float*>NULL, <const float*>NULL, kc, vc, is_f16, table, ctx_lens, slopes, out, dims,
+           params, nthreads)
 
 
 def _bits(object x):
@@ -279,35 +335,35 @@ def _bits(object x):
     return _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
 
 
-cdef object _backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v, const real_t[::1] dout,
-                      const real_t[::1] slopes, bint has_slopes, real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
+cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
+                      const real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                       tuple dims, dict params, int nthreads, bint bf16_pairs):
     """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if sh.B * sh.Hq * sh.Sq * sh.Sk * sh.D == 0:
-        dq[:] = 0
-        dk[:] = 0
-        dv[:] = 0
+        memset(dq, 0, sh.B * sh.Hq * sh.Sq * sh.D * sizeof(real_t))
+        memset(dk, 0, sh.B * sh.Hkv * sh.Sk * sh.D * sizeof(real_t))
+        memset(dv, 0, sh.B * sh.Hkv * sh.Sk * sh.D * sizeof(real_t))
         return
+    nthreads = _threads_for(nthreads, sh.B * sh.Hq * sh.Sq * sh.Sk * sh.D)
     cdef AttnOpts o = _opts(params, sh.Sk)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
     cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
     cdef Py_ssize_t chunk = _kv_chunk(2 * per_head, sizeof(real_t), nkv_total)
-    dt = _work_dtype(<real_t*>NULL)
-    cdef Py_ssize_t packed = 1 if bf16_pairs else chunk * per_head
-    cdef real_t[::1] ktp = _np.empty(packed, dtype=dt)
-    cdef real_t[::1] vtp = _np.empty(packed, dtype=dt)
-    cdef Py_ssize_t pairs = chunk * ntiles * D2 * BC if bf16_pairs else 1
-    cdef unsigned int[::1] kpp = _np.empty(pairs, dtype=_np.uint32)
-    cdef unsigned int[::1] vpp = _np.empty(pairs, dtype=_np.uint32)
-    cdef unsigned int* kpp_p = &kpp[0] if bf16_pairs else NULL
-    cdef unsigned int* vpp_p = &vpp[0] if bf16_pairs else NULL
     cdef Py_ssize_t per_thread = 3 * BR_BWD * sh.D + 5 * BR_BWD * Skp + 2 * Skp * sh.D + 2 * BR_BWD * D2
     cdef int nt = <int>min(nthreads, chunk)
-    cdef real_t[::1] scratch = _np.empty(nt * per_thread, dtype=dt)
-    cdef real_t* sp = <real_t*>&slopes[0] if has_slopes else NULL
+    # one buffer: packed K and V (or their bf16 pairs), then every thread's scratch, 64-byte aligned
+    cdef Py_ssize_t packed = 0 if bf16_pairs else _up64(chunk * per_head * sizeof(real_t))
+    cdef Py_ssize_t pairs = _up64(chunk * ntiles * D2 * BC * sizeof(unsigned int)) if bf16_pairs else 0
+    buf = _scratch("backward", 2 * packed + 2 * pairs + nt * per_thread * sizeof(real_t))
+    cdef char* base = _aligned(buf)
+    cdef real_t* ktp = <real_t*>base
+    cdef real_t* vtp = <real_t*>(base + packed)
+    cdef unsigned int* kpp_p = <unsigned int*>(base + 2 * packed) if bf16_pairs else NULL
+    cdef unsigned int* vpp_p = <unsigned int*>(base + 2 * packed + pairs) if bf16_pairs else NULL
+    cdef real_t* scratch = <real_t*>(base + 2 * packed + 2 * pairs)
     cdef Py_ssize_t kv0, nkv
     cdef fc_interrupt it
     fc_interrupt_init(&it, _on_main_thread())
@@ -318,34 +374,32 @@ cdef object _backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
                 if bf16_pairs:
-                    pack_heads_pairs(<float*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, kpp_p, nt)
-                    pack_heads_pairs(<float*>&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, vpp_p, nt)
+                    pack_heads_pairs(<float*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, kpp_p, nt)
+                    pack_heads_pairs(<float*>(v + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, vpp_p, nt)
             if not bf16_pairs:
-                pack_heads(<real_t*>&k[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &ktp[0], nt)
-                pack_heads(<real_t*>&v[kv0 * sh.Sk * sh.D], nkv, sh.Sk, sh.D, &vtp[0], nt)
-            backward_core(tag, kv0, nkv, <real_t*>&q[0], <real_t*>&k[0], &ktp[0], &vtp[0], kpp_p, vpp_p,
-                          <real_t*>&dout[0], sp,
-                          &dq[0], &dk[0], &dv[0], &sh, &o, &scratch[0], per_thread, nt)
+                pack_heads(<real_t*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, ktp, nt)
+                pack_heads(<real_t*>(v + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, vtp, nt)
+            backward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p,
+                          <real_t*>dout, <real_t*>slopes, dq, dk, dv, &sh, &o, scratch, per_thread, nt)
             kv0 += nkv
     fc_interrupt_raise(&it)
 
 
-cdef object drive_attention_flash_backward(rnd_t tag, const real_t[::1] q, const real_t[::1] k, const real_t[::1] v,
-                                           const real_t[::1] dout, const real_t[::1] slopes, bint has_slopes,
-                                           real_t[::1] dq, real_t[::1] dk, real_t[::1] dv,
+cdef object drive_attention_flash_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
+                                           const real_t* dout, const real_t* slopes,
+                                           real_t* dq, real_t* dk, real_t* dv,
                                            tuple dims, dict params, int nthreads):
-    _backward(tag, q, k, v, dout, slopes, has_slopes, dq, dk, dv, dims, params, nthreads, False)
+    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, False)
 
 
-cdef object drive_attention_flash_backward_half(RoundNone tag, const float[::1] q, const float[::1] k, const float[::1] v,
-                                                const float[::1] dout, const float[::1] slopes, bint has_slopes,
-                                                float[::1] dq, float[::1] dk, float[::1] dv,
+cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
+                                                const float* dout, const float* slopes,
+                                                float* dq, float* dk, float* dv,
                                                 tuple dims, dict params, int nthreads, int is_f16):
     """The backward on bf16/f16 inputs (widened exactly) under float32 compute: with AVX512-BF16,
     bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products; the three products with P and dS
     (float32 values) stay float32 FMAs."""
-    _backward(tag, q, k, v, dout, slopes, has_slopes, dq, dk, dv, dims, params, nthreads,
-              bool(FC_HAVE_DPBF16) and not is_f16)
+    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16)
 
 
 def _core_round(float[::1] x, str code):

@@ -63,6 +63,18 @@ cdef void pack_heads_pairs(float* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_
         pack_head_tile_pairs(k, task, ntiles, Sk, D, out)
 
 
+cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
+    """Decode with GQA: a kv head's query heads, one row each, make one tile (see flash_task)."""
+    return sh.Sq == 1 and sh.Hq > sh.Hkv
+
+
+cdef inline Py_ssize_t flash_tasks(Shape* sh, Py_ssize_t nkv) noexcept nogil:
+    cdef Py_ssize_t G = sh.Hq // sh.Hkv
+    if flash_heads_as_rows(sh):
+        return nkv * ceil_div(G, BR_FLASH)
+    return nkv * G * ceil_div(sh.Sq, BR_FLASH)
+
+
 cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp,
                             const unsigned int* kpp, real_t* v, real_t* slopes, real_t* out, Shape* sh,
                             AttnOpts* o, real_t* buf) noexcept nogil:
@@ -70,12 +82,21 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     # kpp, when not NULL (bf16 inputs under float32 compute, drive_attention_flash_half), holds
     # them as bf16 pairs instead, and the scores come from fc_qk_dpbf16.
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
-    cdef Py_ssize_t nqt = ceil_div(Sq, BR_FLASH), ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t G = sh.Hq // sh.Hkv
+    # One query row per head (decode): the rows of a kv head's G query heads are adjacent in q and
+    # out, so they form one tile, all at position 0 (pstep 0), each with its head's ALiBi slope
+    # (hstep 1).  Otherwise a tile is BR_FLASH consecutive positions of one head.  Either way each
+    # row's arithmetic is the same: only how many rows share a task changes.
+    cdef bint heads_as_rows = flash_heads_as_rows(sh)
+    cdef Py_ssize_t nqt = ceil_div(G, BR_FLASH) if heads_as_rows else ceil_div(Sq, BR_FLASH)
     cdef Py_ssize_t qt = task % nqt, rest = task // nqt
-    cdef Py_ssize_t kvh = kv0 + rest // G
-    cdef Py_ssize_t b = kvh // sh.Hkv, hk = kvh % sh.Hkv, h = hk * G + rest % G
-    cdef Py_ssize_t i0 = qt * BR_FLASH, nr, nr4, t, j0, nc, r, jj, d, kend, cls
+    cdef Py_ssize_t kvh = kv0 + (rest if heads_as_rows else rest // G)
+    cdef Py_ssize_t b = kvh // sh.Hkv, hk = kvh % sh.Hkv
+    cdef Py_ssize_t h = hk * G + (qt * BR_FLASH if heads_as_rows else rest % G)
+    cdef Py_ssize_t i0 = 0 if heads_as_rows else qt * BR_FLASH
+    cdef Py_ssize_t pstep = 0 if heads_as_rows else 1, hstep = 1 if heads_as_rows else 0
+    cdef Py_ssize_t nr, nr4, t, j0, nc, r, jj, d, kend, cls
     cdef real_t* Qs = buf
     cdef real_t* S = Qs + BR_FLASH * D
     cdef real_t* O = S + BR_FLASH * BC
@@ -90,13 +111,14 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
-    cdef real_t slope = slopes[h] if slopes != NULL else 0
+    cdef real_t slope
     cdef real_t mt, mn, alpha, li
     cdef bint plain
-    cdef Py_ssize_t nrow
-    nr = Sq - i0
+    cdef Py_ssize_t nrow, ilast
+    nr = (G - qt * BR_FLASH) if heads_as_rows else (Sq - i0)
     if nr > BR_FLASH:
         nr = BR_FLASH
+    ilast = i0 + (nr - 1) * pstep   # the tile's last query position
     nr4 = (nr + NR - 1) // NR * NR
     copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
     if rnd_t is RoundNone and real_t is float:
@@ -114,7 +136,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         nc = kend - j0
         if nc > BC:
             nc = BC
-        cls = tile_class(i0, i0 + nr - 1, j0, j0 + nc - 1, o)
+        cls = tile_class(i0, ilast, j0, j0 + nc - 1, o)
         if cls == 0:
             continue
         # f32/f64 tiles with nothing but a positive scale take a fused path: the row max of the
@@ -125,8 +147,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         # computed there (they would be masked to p = 0).
         plain = (rnd_t is RoundNone and cap == 0 and slopes == NULL and scale > 0
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
-        if plain and cls == 1 and i0 + nr - j0 < nc:
-            nc = i0 + nr - j0
+        if plain and cls == 1 and ilast + 1 - j0 < nc:
+            nc = ilast + 1 - j0
         if kpp != NULL:
             if rnd_t is RoundNone and real_t is float:
                 fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
@@ -136,12 +158,13 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             srow = S + r * BC
             nrow = nc
             if plain and cls == 1:
-                nrow = i0 + r + 1 - j0
+                nrow = i0 + r * pstep + 1 - j0
                 nrow = 0 if nrow < 0 else (nc if nrow > nc else nrow)
             if plain:
                 mt = R(tag, scale * row_max(srow, nrow)) if nrow > 0 else -INFINITY
             else:
-                transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
+                slope = slopes[h + r * hstep] if slopes != NULL else 0
+                transform_row(tag, srow, nc, j0, i0 + r * pstep, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
                 mt = row_max(srow, nc)
             mn = mt if (mt > m[r] or mt != mt) else m[r]
             if mn == -INFINITY or nrow == 0:  # nothing attended yet, or nothing in this tile
@@ -179,7 +202,7 @@ cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* 
                              const unsigned int* kpp, real_t* v, real_t* slopes, real_t* out, Shape* sh,
                              AttnOpts* o, real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
     """Every query row served by kv heads [kv0, kv0 + nkv) (of the flattened B * Hkv)."""
-    cdef Py_ssize_t ntasks = nkv * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_FLASH)
+    cdef Py_ssize_t ntasks = flash_tasks(sh, nkv)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
         if fc_stopped(o.it):

@@ -61,4 +61,4 @@ def policy(compute: str, dtype: str) -> Optional[tuple[str, str, str]]:
 
 INT_WORK = {"U32": ("unsigned int", "uint32")}
 
-CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_interrupt.h", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")
+CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_interrupt.h", "fastcheck.pxi", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")

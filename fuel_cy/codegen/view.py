@@ -90,12 +90,32 @@ def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_in
     return {"source": source, "values": values, "guard": sorted(r for r in refs if r in optional_inputs)}
 
 
+# What a C-contiguous array that starts at its buffer's start is, under each layout clause: the
+# validators' typed fast path (fastcheck.pxi) accepts only such arrays, so it may serve an input
+# only when every clause accepts them.
+_FAST_LAYOUT_OK = {"contiguous": ("required", "accepted"), "strided": ("rejected", "accepted"),
+                   "broadcast_stride0": ("rejected", "accepted"), "reverse_strides": ("rejected", "accepted"),
+                   "start_offset": ("rejected", "accepted")}
+_FAST_DTYPE_BITS = {"F32": "FC_F32", "F64": "FC_F64", "BF16": "FC_BF16", "F16": "FC_F16", "U32": "FC_U32"}
+
+
+def _fast_view(spec: InputSpec, layout: list[tuple[str, str]], symbols: list[str]) -> Optional[dict[str, Any]]:
+    """The typed fast check of one input (fastcheck.pxi), or None when only the full checks can serve it."""
+    if any(policy not in _FAST_LAYOUT_OK.get(key, ()) for key, policy in layout):
+        return None
+    if any(d not in _FAST_DTYPE_BITS for d in spec.dtypes):
+        return None
+    return {"mask": " | ".join(_FAST_DTYPE_BITS[d] for d in spec.dtypes),
+            "slots": [symbols.index(sym) for sym in spec.dims]}
+
+
 def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str]) -> dict[str, Any]:
     layout = [(key, spec.layout_policy(key)) for key in LAYOUT_ORDER if key in dict(spec.layout)]
     view: dict[str, Any] = {
         "name": spec.name, "index": idx, "optional": spec.optional, "dtypes": list(spec.dtypes),
         "rank": spec.rank, "dims": list(enumerate(spec.dims)), "layout": layout,
         "is_float": spec.is_float, "line": spec.loc.line,
+        "fast": _fast_view(spec, layout, _dim_symbols(kernel)),
         "int_ctype": INT_WORK[spec.dtypes[0]][0] if not spec.is_float and spec.dtypes[0] in INT_WORK else None,
         "int_np": INT_WORK[spec.dtypes[0]][1] if not spec.is_float and spec.dtypes[0] in INT_WORK else None,
         "constraint": None,
@@ -105,6 +125,14 @@ def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str]) -
         check["clause"] = f"accept.inputs[{idx}].shape_constraint {spec.shape_constraint_text!r}"
         view["constraint"] = check
     return view
+
+
+def _dim_symbols(kernel: Kernel) -> list[str]:
+    """Every dim symbol of the kernel's inputs, in order of first use."""
+    out: list[str] = []
+    for spec in kernel.inputs:
+        out.extend(sym for sym in spec.dims if sym not in out)
+    return out
 
 
 def _pytype(base_kind: str, nullable: bool) -> str:
@@ -137,11 +165,11 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
             "pytype": _pytype(f.base_kind, default == "None"),
         }
         if f.name == "softmax_scale" and not f.optional:
-            first = kernel.inputs[0]
-            p["default_source"] = f"_v.default_scale({first.name}.shape[{first.rank - 1}])"
+            lead = kernel.inputs[0]
+            p["default_source"] = f"_v.default_scale({lead.name}.shape[{lead.rank - 1}])"
         elif default == "None" and not f.optional and f.constraint is not None:
-            first = f.constraint.terms[1]  # type: ignore[union-attr]
-            p["default_source"] = expr.to_source(first, _leaf_source(f.name, set(), kernel))
+            term = f.constraint.terms[1]  # type: ignore[union-attr]
+            p["default_source"] = expr.to_source(term, _leaf_source(f.name, set(), kernel))
         if f.constraint is not None:
             check = constraint_check(f.constraint, f.name, kernel, optional)
             check["clause"] = f"op_params.fields.{f.name}.constraint {f.constraint_text!r}"
@@ -176,11 +204,11 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
     binding = BINDINGS.get(kernel.name)
     if binding is not None and not all(any(sym in spec.dims for spec in kernel.inputs) for sym in binding.dims):
         binding = None  # the contract no longer has the dims the driver takes: stub it
-    dim_source = {}
+    dim_source: dict[str, tuple[str, int]] = {}  # each dim symbol -> a required input's axis that has it
     for spec in kernel.inputs:
         for axis, sym in enumerate(spec.dims):
             if not spec.optional:
-                dim_source.setdefault(sym, f"{spec.name}.shape[{axis}]")
+                dim_source.setdefault(sym, (spec.name, axis))
     outputs = [{"name": o.name, "shape_src": o.shape_source, "dtype_src": o.dtype_source}
                for o in kernel.returns.items]
     return {
@@ -202,7 +230,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         "half_prepare": binding.half_prepare if binding else None,
         "half_driver": binding.half_driver if binding else None,
         "half_storage": list(binding.half_storage) if binding else [],
-        "driver_dims": [dim_source[s] for s in binding.dims if s in dim_source] if binding else [],
+        "driver_dim_refs": [dim_source[s] for s in binding.dims if s in dim_source] if binding else [],
         "symbol_sources": symbol_sources,
         "cost": {
             "flops": cost_src(kernel.cost.flops), "bytes_moved": cost_src(kernel.cost.bytes_moved),
@@ -228,6 +256,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         "determinism": kernel.determinism,
         "awkward_layout_strategy": kernel.caps.awkward_layout_strategy,
         "dims": {spec.name: list(spec.dims) for spec in kernel.inputs},
+        "dim_symbols": _dim_symbols(kernel),
+        "fast": all(i["fast"] is not None for i in inputs),
     }
 
 
