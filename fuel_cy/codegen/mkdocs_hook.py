@@ -1,11 +1,21 @@
 """mkdocs hook: add the contract-rendered pages to the site at build time (nothing committed)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
+# This checkout's fuel_cy (codegen, contracts) renders the pages, whether the package is installed
+# editable, installed from a wheel, or not at all: the docs need its pure-Python parts only.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# api.md marks where the generated entries go, so a kernel added to a contract is documented
+# there without editing the page
+API_MARKERS = {"<!-- fuel_cy:kernels -->": "fuel_cy", "<!-- fuel_cy:torch -->": "fuel_cy.torch",
+               "<!-- fuel_cy:dask -->": "fuel_cy.dask"}
 
 
 def on_files(files: Files, config) -> Files:
@@ -20,13 +30,32 @@ def on_files(files: Files, config) -> Files:
     return files
 
 
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if page.file.src_uri != "api.md":
+        return markdown
+    from fuel_cy.codegen.docs import api_entries
+
+    for marker, module in API_MARKERS.items():
+        markdown = markdown.replace(marker, api_entries(ROOT, module))
+    return markdown
+
+
 def on_config(config):
     from fuel_cy.contract import load_contracts
+    from fuel_cy.contract.loader import FUSED_OPS_FILE, parse_fused_ops
 
     # one nav section per contract, one entry per kernel in contract order, so a new contract or
-    # kernel appears without editing mkdocs.yml
+    # kernel appears without editing mkdocs.yml; contracts in the order of their fused-op ids
+    # (the founding contract's first)
+    fused = parse_fused_ops((ROOT / "contracts" / FUSED_OPS_FILE).read_text(encoding="utf-8"))
+
+    def first_id(doc) -> int:
+        ids = [k.fused_op_id if k.fused_op_id is not None else getattr(fused.get(k.fused_op), "id", None)
+               for k in doc.kernels]
+        return min((i for i in ids if i is not None), default=1 << 30)
+
     groups = [{d.provider.name or d.path: [{k.name: f"kernels/{k.name}.md"} for k in d.kernels]}
-              for d in load_contracts(ROOT / "contracts")]
+              for d in sorted(load_contracts(ROOT / "contracts"), key=first_id)]
     for i, entry in enumerate(config["nav"] or []):
         if isinstance(entry, dict) and entry.get("Kernels") == "kernels/index.md":
             config["nav"][i] = {"Kernels": ["kernels/index.md", *groups]}

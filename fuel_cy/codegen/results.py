@@ -1,11 +1,33 @@
-"""Pages fed by measured result files (benchmarks/results/*.json), stamped with machine and date."""
+"""Pages fed by measured result files (benchmarks/results/), stamped with machine, date and commit.
+
+The Performance page is drawn from the result files at docs-build time: a summary per CPU measured
+(ours against each peer), then one plot per kernel family. In every plot the ratio axis is
+logarithmic with a line at 1.0, and colour means one thing only: against a peer (PyTorch, NumPy),
+green where fuel_cy is faster and orange where it is slower; ratios of our kernels against each
+other (bf16 against f32, naive against flash, threads) are grey, being neither.
+
+Result files: `bench.json` (the full grid on one machine), `levels/<cpu>.json` (`fuel-cy bench
+--cpu-capability all`, one file per CPU model) and `<cpu>/bench.json` (the full grid of another
+machine, one folder per CPU model).
+"""
 from __future__ import annotations
 
+import io
 import json
+import math
+import re
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 RESULTS = Path("benchmarks") / "results"
+LEVELS = RESULTS / "levels"
+
+WIN, LOSS, OURS = "#1b9e77", "#d95f02", "#8c8c8c"
+FONT_PT = 11.0   # every label of every plot; the page states it and tests/test_site.py checks it
+DPI = 150
+WIDTH_IN = 7.5
+DTYPE_MARKERS = {"F32": ("o", "float32"), "F64": ("s", "float64"), "BF16": ("^", "bfloat16"), "F16": ("v", "float16")}
 
 
 def _load(root: Path, name: str) -> Any:
@@ -22,87 +44,434 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def _stamp(data: dict) -> str:
+def _commit(root: Path, data: dict, path: Path) -> Optional[str]:
+    """The commit the numbers belong to: the result file's own `commit` field, else the last
+    commit that changed the file."""
+    if data.get("commit"):
+        return str(data["commit"])[:10]
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%h", "--", str(path)], cwd=root,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _stamp(data: dict, commit: Optional[str] = None) -> str:
     m = data.get("machine", {})
     level = f"CPU level `{m['cpu_capability']}`, " if m.get("cpu_capability") else ""
-    return (f"Measured on {data.get('date', '?')} — {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
-            f"{m.get('threads', '?')} threads; {level}build flags `{' '.join(m.get('flags', []))}`.")
+    flags = f"build flags `{' '.join(m['flags'])}`" if m.get("flags") else ""
+    torch = f"torch {data['torch']}, " if data.get("torch") else ""
+    where = f"; results of commit `{commit}`" if commit else ""
+    return (f"Measured on {str(data.get('date', '?'))[:10]} — {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
+            f"{m.get('threads', '?')} threads; {level}{torch}{flags}{where}.").replace(", .", ".").replace("; .", ".")
 
 
-def performance_page(root: Path) -> str:
-    data = _load(root, "bench.json")
-    lines = ["---", "title: Performance", "hide:", "  - toc", "---", "# Performance", ""]
-    if not data:
-        lines.append("No benchmark results yet: run `fuel-cy bench --json benchmarks/results/bench.json "
-                     "--plot benchmarks/results/bench.png` and rebuild the site.")
-        return "\n".join(lines) + "\n"
-    lines += [_stamp(data), "",
-              "Ours and the peers run in one process, interleaved, median of the repetitions after warm-up. "
-              "`ratio` is peer time / our time (above 1: we are faster). `% GEMM` compares our GFLOP/s with "
-              "the f32 GEMM rate measured in the same run.", ""]
-    if data.get("gemm_gflops"):
-        lines.append(f"Measured f32 GEMM rate: **{data['gemm_gflops']:.1f} GFLOP/s**; large-copy bandwidth "
-                     f"**{data.get('copy_gbps', 0):.1f} GB/s** (read + write).\n")
-    if (root / RESULTS / "bench.png").exists():
-        lines += ["![speed ratios of fuel_cy against its peers](bench.png)", ""]
+def _plot_stamp(data: dict, commit: Optional[str]) -> str:
+    m = data.get("machine", {})
+    parts = [m.get("cpu", "?"), f"{m.get('cores', '?')} cores", m.get("cpu_capability"), str(data.get("date", "?"))[:10],
+             f"commit {commit}" if commit else None]
+    return " · ".join(p for p in parts if p)
+
+
+# ---- sorting the rows ------------------------------------------------------------------------
+
+def peer_kind(peer: Optional[str]) -> Optional[str]:
+    """'peer' (another library), 'ours' (fuel_cy against itself) or None."""
+    if not peer:
+        return None
+    return "ours" if str(peer).startswith("fuel_cy") else "peer"
+
+
+def _peer_label(peer: str) -> str:
+    p = re.sub(r"\b(f32|f64|bf16|f16)\b", "", peer).replace("torch ", "PyTorch ").replace("  ", " ").strip()
+    return p.replace("SDPA autograd bwd", "SDPA backward (autograd)").replace("( ", "(").replace(" )", ")")
+
+
+def _shape_label(shape: str) -> str:
+    return shape.replace("decode ", "").replace(", 2 threads", "")
+
+
+def _compact_note(shapes: list[str]) -> str:
+    """What `_compact` left out of these labels, for the text under the plot."""
+    decode = next((_shape_label(s) for s in shapes if "ctx=" in s), None)
+    note = "Labels leave out `B=1` and `H=8`."
+    if decode:
+        rest = " ".join(tok for tok in decode.split() if not tok.startswith("ctx="))
+        note += f" Decode: `{rest}`."
+    return note
+
+
+def _compact(shape: str) -> str:
+    """A short label for plots that mix kernels: B=1 and H=8 left out, and the paged decode shape
+    reduced to its context length (the page states the rest)."""
+    toks = _shape_label(shape).split()
+    ctx = [t for t in toks if t.startswith("ctx=")]
+    if ctx:
+        return "decode " + ctx[0]
+    return " ".join(t for t in toks if t not in ("B=1", "H=8", "Hq=8"))
+
+
+FAMILIES = [
+    ("forward", "Forward attention", ("attention_flash", "attention_flash_mixed")),
+    ("backward", "Backward", ("attention_flash_backward", "attention_flash_backward_mixed")),
+    ("paged", "Paged decode", ("attention_paged_naive", "attention_paged_mixed")),
+]
+
+
+def _family(kernel: str) -> Optional[str]:
+    for key, _, kernels in FAMILIES:
+        if kernel in kernels:
+            return key
+    return None
+
+
+def _fmt_ratio(lo: float, hi: float) -> str:
+    return f"{lo:.2f}×" if abs(hi - lo) < 0.005 else f"{lo:.2f}–{hi:.2f}×"
+
+
+def summary_rows(rows: list[dict]) -> list[list[str]]:
+    """One row per (kernel, dtype, peer): in how many points we are faster, the range, the mean."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        if peer_kind(r.get("peer")) != "peer" or r.get("ratio") is None:
+            continue
+        groups.setdefault((r["kernel"], r.get("dtype", "F32"), _peer_label(r["peer"])), []).append(r["ratio"])
+    out = []
+    for (kernel, dtype, peer), ratios in groups.items():
+        wins = sum(x > 1.0 for x in ratios)
+        out.append([f"`{kernel}` {DTYPE_MARKERS.get(dtype, ('', dtype.lower()))[1]}", peer,
+                    f"{wins} of {len(ratios)}", _ratio_cell(ratios)])
+    return out
+
+
+def _ratio_cell(ratios: list[float]) -> str:
+    geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    text = _fmt_ratio(min(ratios), max(ratios))
+    return text if len(ratios) == 1 else f"{text} (mean {geo:.2f}×)"
+
+
+def level_summary(data: dict) -> str:
+    """Per CPU level, each kernel's speed ratios against PyTorch at the same level."""
+    kernels = list(dict.fromkeys(r["kernel"] for lv in data.get("levels", []) for r in lv["rows"]))
+    rows = []
+    for lv in data.get("levels", []):
+        cells = []
+        for k in kernels:
+            ratios = [r["ratio"] for r in lv["rows"] if r["kernel"] == k]
+            cells.append(_fmt_ratio(min(ratios), max(ratios)) if ratios else "—")
+        rows.append([f"`{lv['level']}`", *cells])
+    return _table(["level", *[f"`{k}`" for k in kernels]], rows)
+
+
+# ---- plots -----------------------------------------------------------------------------------
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT + 1, "axes.labelsize": FONT_PT,
+                         "xtick.labelsize": FONT_PT, "ytick.labelsize": FONT_PT, "legend.fontsize": FONT_PT,
+                         "figure.titlesize": FONT_PT + 1, "svg.hashsalt": "fuel_cy", "path.simplify": True})
+    return plt
+
+
+def _ticks(lo: float, hi: float) -> list[float]:
+    fine = [0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.2, 1.5, 2, 2.5, 3]
+    coarse = [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50]
+    inside = [t for t in (fine if hi / lo <= 4.5 else coarse) if lo <= t <= hi]
+    return inside
+
+
+def _common_tokens(labels: list[str]) -> list[str]:
+    """Tokens every label has (e.g. "B=1 H=8"): said once in the subtitle, not on every line."""
+    sets = [set(lab.split()) for lab in labels]
+    common = set.intersection(*sets) if sets and len(labels) > 1 else set()
+    return [tok for tok in labels[0].split() if tok in common] if common else []
+
+
+def dot_plot(plt, rows: list[dict[str, Any]], title: str, stamp: str, xlabel: str) -> bytes:
+    """rows: {"label": y label, "ratio": float, "marker": str, "series": legend name,
+    "kind": "peer" | "ours"}; one line of the plot per distinct label, in order of appearance.
+    Marker shape tells the series; colour tells only win or loss against a peer (grey: ours)."""
+    from matplotlib.lines import Line2D
+
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    common = _common_tokens(labels)
+    shown = {lab: " ".join(tok for tok in lab.split() if tok not in common) or lab for lab in labels}
+    kinds = {r["kind"] for r in rows}
+    handles = [Line2D([], [], ls="", marker=m, mfc="white", mec="black", ms=8, label=s)
+               for s, m in dict.fromkeys((r["series"], r["marker"]) for r in rows)]
+    if "peer" in kinds:
+        handles += [Line2D([], [], ls="", marker="s", mfc=WIN, mec="black", ms=8, label="fuel_cy faster"),
+                    Line2D([], [], ls="", marker="s", mfc=LOSS, mec="black", ms=8, label="fuel_cy slower")]
+    else:
+        handles += [Line2D([], [], ls="", marker="s", mfc=OURS, mec="black", ms=8, label="fuel_cy against itself")]
+    ncol = 2 if len(handles) > 2 else 1
+    # a fixed width (the page's column, so labels keep their size); constrained layout fits the
+    # y labels, titles and legend inside it
+    height = 1.75 + 0.34 * len(labels) + 0.3 * math.ceil(len(handles) / ncol)
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
+    ys = {lab: i for i, lab in enumerate(labels)}
+    for r in rows:
+        colour = OURS if r["kind"] == "ours" else (WIN if r["ratio"] >= 1.0 else LOSS)
+        ax.scatter(r["ratio"], ys[r["label"]], marker=r["marker"], s=70, c=colour, edgecolors="black",
+                   linewidths=0.6, zorder=3)
+    ratios = [r["ratio"] for r in rows]
+    lo, hi = min(ratios + [1.0]) / 1.25, max(ratios + [1.0]) * 1.25
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ticks = _ticks(lo, hi)
+    ax.set_xticks(ticks, [f"{t:g}×" for t in ticks])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.axvline(1.0, color="black", lw=1.3, zorder=2)
+    ax.set_yticks(range(len(labels)), [shown[lab] for lab in labels])
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.grid(axis="x", color="#dddddd", lw=0.8, zorder=0)
+    ax.grid(axis="y", color="#f0f0f0", lw=0.8, zorder=0)
+    ax.set_xlabel(xlabel)
+    fig.suptitle(f"{title}\n{stamp}" + (f" · {' '.join(common)}" if common else ""), x=0.01, ha="left",
+                 fontsize=FONT_PT, linespacing=1.5)
+    fig.legend(handles=handles, loc="outside lower left", ncol=ncol, frameon=False, handletextpad=0.3,
+               columnspacing=1.5)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _image(name: str, alt: str) -> str:
+    return f'![{alt}](perf/{name}){{ .fc-plot-img data-font-pt="{FONT_PT:g}" data-dpi="{DPI}" loading="lazy" }}'
+
+
+def _family_points(rows: list[dict], family: str) -> list[dict[str, Any]]:
+    points = []
+    for r in rows:
+        if _family(r["kernel"]) != family or peer_kind(r.get("peer")) != "peer" or r.get("ratio") is None:
+            continue
+        if r["peer"].startswith("NumPy"):
+            continue  # one point, in the summary and the table
+        dtype = r.get("dtype", "F32")
+        marker, dname = DTYPE_MARKERS.get(dtype, ("o", dtype.lower()))
+        series = f"{dname} vs {_peer_label(r['peer'])}" if family == "paged" else dname
+        if family == "paged":
+            marker = {"PyTorch gather + SDPA": "D"}.get(_peer_label(r["peer"]), marker)
+        points.append({"label": _shape_label(r["shape"]), "ratio": r["ratio"], "marker": marker,
+                       "series": series, "kind": "peer"})
+    return sorted(points, key=lambda p: _shape_key(p["label"]))
+
+
+def _shape_key(label: str) -> tuple:
+    nums = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", label)}
+    return (nums.get("ctx", 0), nums.get("S", 0), nums.get("D", 0), -nums.get("Hkv", 0), "causal" in label)
+
+
+def _ours_points(rows: list[dict]) -> list[dict[str, Any]]:
+    points = []
+    for r in rows:
+        if peer_kind(r.get("peer")) != "ours" or r.get("ratio") is None:
+            continue
+        dtype = r.get("dtype", "F32")
+        short = r["kernel"].replace("attention_", "")
+        if r["peer"] == "fuel_cy 1 thread":
+            label, series, marker = f"{short} {_compact(r['shape'])}", "2 threads vs 1", "P"
+        elif dtype in ("BF16", "F16"):
+            marker, dname = DTYPE_MARKERS[dtype]
+            label, series = f"{short} {_compact(r['shape'])}", f"{dname} vs float32 (same kernel)"
+        else:
+            label, series, marker = f"{short} {_compact(r['shape'])}", "naive vs flash (float32)", "o"
+        points.append({"label": label, "ratio": r["ratio"], "marker": marker, "series": series, "kind": "ours"})
+    order = {"naive vs flash (float32)": 0, "bfloat16 vs float32 (same kernel)": 1,
+             "float16 vs float32 (same kernel)": 1, "2 threads vs 1": 2}
+    return sorted(points, key=lambda p: (order.get(p["series"], 3), _shape_key(p["label"])))
+
+
+def _level_points(data: dict) -> list[dict[str, Any]]:
+    markers = ["D", "o", "s", "^", "v", "P"]
+    points = []
+    for i, lv in enumerate(data.get("levels", [])):
+        for r in lv["rows"]:
+            points.append({"label": f"{r['kernel'].replace('attention_', '')} {_compact(r['shape'])}",
+                           "ratio": r["ratio"], "marker": markers[i % len(markers)],
+                           "series": f"{lv['level']} vs torch {str(lv.get('torch_capability', '')).lower()}",
+                           "kind": "peer"})
+    return points
+
+
+# ---- the pages -------------------------------------------------------------------------------
+
+def _runs(root: Path) -> list[tuple[str, dict, Path]]:
+    """Full-grid runs: bench.json, then <cpu>/bench.json of other machines."""
+    runs = []
+    main = root / RESULTS / "bench.json"
+    if main.exists():
+        data = _load(root, "bench.json")
+        if data:
+            runs.append(("bench", data, main))
+    for path in sorted((root / RESULTS).glob("*/bench.json")):
+        try:
+            runs.append((path.parent.name, json.loads(path.read_text()), path))
+        except (OSError, ValueError):
+            continue
+    return runs
+
+
+def _level_runs(root: Path) -> list[tuple[str, dict, Path]]:
+    out = []
+    for path in sorted((root / LEVELS).glob("*.json")):
+        try:
+            out.append((path.stem, json.loads(path.read_text()), path))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
+    runs, level_runs = _runs(root), _level_runs(root)
+    lines = ["---", "title: Performance", "---", "# Performance", ""]
+    images: dict[str, bytes] = {}
+    if not runs and not level_runs:
+        lines.append("No benchmark results yet: run `fuel-cy bench --json benchmarks/results/bench.json` "
+                     "and rebuild the site.")
+        return "\n".join(lines) + "\n", images
+    plt = _pyplot()
+    lines += ["How fast fuel_cy runs against PyTorch (and NumPy) on the CPUs measured. Ours and the peer run "
+              "in one process, interleaved, median of the repetitions after warm-up. A **speed ratio** is the "
+              "peer's time divided by ours: above 1, fuel_cy is faster.", ""]
+
+    # summary: per CPU measured, ours against each peer
+    lines += ["## Summary", "",
+              "For each CPU measured: each of our kernels against each peer, in how many of the measured shapes "
+              "fuel_cy is faster, and the range of the speed ratio (with its geometric mean). The plots and "
+              "tables further down show every point.", ""]
+    cpus: dict[str, list[str]] = {}
+    for name, data, path in runs:
+        m = data.get("machine", {})
+        level = f" at CPU level `{m['cpu_capability']}`" if m.get("cpu_capability") else ""
+        cpus.setdefault(m.get("cpu", name), []).extend(
+            [f"The full grid{level}, {str(data.get('date', '?'))[:10]}:", "",
+             _table(["kernel", "against", "faster in", "speed ratio"], summary_rows(data["rows"])), ""])
+    for name, data, path in level_runs:
+        m = data.get("machine", {})
+        cpus.setdefault(m.get("cpu", name), []).extend(
+            [f"Each CPU level against PyTorch at the same level, {str(data.get('date', '?'))[:10]} (range of the "
+             "speed ratio over the shapes measured):", "", level_summary(data), ""])
+    for cpu, block in cpus.items():
+        lines += [f"### {cpu}", "", *block]
+
+    for name, data, path in runs:
+        commit = _commit(root, data, path)
+        m = data.get("machine", {})
+        cpu = m.get("cpu", name)
+        stamp = _plot_stamp(data, commit)
+        slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or name
+        lines += [f"## {cpu}: the full grid", "", _stamp(data, commit), ""]
+        if data.get("gemm_gflops"):
+            lines += [f"Reference rates in the same run: f32 GEMM **{data['gemm_gflops']:.1f} GFLOP/s**, large copy "
+                      f"**{data.get('copy_gbps', 0):.1f} GB/s** (read + write).", ""]
+        if plt is None:
+            lines += ["*The plots need matplotlib (`pip install matplotlib`) when the site is built.*", ""]
+        for key, title, kernels in FAMILIES:
+            points = _family_points(data["rows"], key)
+            if not points:
+                continue
+            lines += [f"### {title}", ""]
+            if plt is not None:
+                peer = "PyTorch" if key != "backward" else "PyTorch autograd"
+                img = f"{slug}-{key}.png"
+                images[img] = dot_plot(plt, points, f"{title}: {' and '.join(k.replace('attention_', '') for k in kernels)}", stamp,
+                                       f"speed ratio = {peer} time / fuel_cy time")
+                lines += [_image(img, f"{title}: speed ratios of fuel_cy against PyTorch on {cpu}"), ""]
+        ours = _ours_points(data["rows"])
+        if ours:
+            lines += ["### fuel_cy against itself", "",
+                      "Not a race against a peer (grey): what a half-precision dtype costs against float32 in the same "
+                      "kernel (\"math in T\" rounds every step), `attention_naive` against `attention_flash`, and two "
+                      "threads against one.", ""]
+            if plt is not None:
+                img = f"{slug}-ours.png"
+                images[img] = dot_plot(plt, ours, "fuel_cy against fuel_cy", stamp,
+                                       "speed ratio = reference time / this kernel's time")
+                lines += [_image(img, f"fuel_cy kernels against each other on {cpu}"), "",
+                          _compact_note([r["shape"] for r in data["rows"] if peer_kind(r.get("peer")) == "ours"]), ""]
+        lines += _targets(data)
+        notes = root / "benchmarks" / "notes.md"  # hand-written: the profiles behind the gaps
+        if notes.exists() and name == "bench":
+            lines += [notes.read_text().strip(), ""]
+        lines += _all_rows(data)
+
+    for name, data, path in level_runs:
+        commit = _commit(root, data, path)
+        lines += _levels(data, commit, plt, images, name)
+    return "\n".join(lines) + "\n", images
+
+
+def _targets(data: dict) -> list[str]:
     from ..targets import targets
 
-    lines += ["## Targets", "", "Issue #5's targets against this run; what limits the ones not met follows the table.", "",
-              _table(["target", "measured", "met"],
-                     [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]]
-                      for t in targets(data)]), ""]
-    notes = root / "benchmarks" / "notes.md"  # hand-written: the profiles behind the gaps
-    if notes.exists():
-        lines += [notes.read_text().strip(), ""]
-    lines += levels_section(root)
-    lines += ["## All measurements", ""]
-    extras = [r for r in data["rows"] if r.get("pct_copy") is not None]
-    for r in extras:
-        lines.append(f"- paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s, {r['pct_copy']:.0f}% of the copy rate")
+    rows = [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]] for t in targets(data)]
+    return ["### Targets", "", "The project's performance goals, judged on this run; what limits the ones not met "
+            "follows the table.", "", _table(["target", "measured", "met"], rows), ""]
+
+
+def _all_rows(data: dict) -> list[str]:
+    lines = ["### All measurements", ""]
+    for r in data["rows"]:
+        if r.get("pct_copy") is not None:
+            lines.append(f"- `{r['kernel']}` {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s, "
+                         f"{r['pct_copy']:.0f}% of the copy rate")
     if data.get("flash_32k_rss"):
         x = data["flash_32k_rss"]
-        lines.append(f"- attention_flash at S=32768, D=64, f32, causal: peak RSS {x['rss_peak_mb']:.0f} MB, "
+        lines.append(f"- `attention_flash` at S=32768, D=64, f32, causal: peak RSS {x['rss_peak_mb']:.0f} MB, "
                      f"{x['extra_mb']:.0f} MB beyond inputs + output")
     lines.append("")
-    rows = [[r["kernel"], r["dtype"], r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}",
+    rows = [[f"`{r['kernel']}`", r["dtype"].lower(), r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}",
              r.get("peer", "—"), "—" if r.get("peer_ms") is None else f"{r['peer_ms']:.2f}",
              "—" if r.get("ratio") is None else f"{r['ratio']:.2f}×",
              "—" if r.get("pct_gemm") is None else f"{r['pct_gemm']:.0f}%"] for r in data["rows"]]
-    lines.append(_table(["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"], rows))
-    return "\n".join(lines) + "\n"
+    lines += ['??? note "Every row of the run"',
+              "    `ratio` is peer time / our time; `% GEMM` compares our GFLOP/s with the f32 GEMM rate "
+              "measured in the same run.", ""]
+    lines += ["    " + line for line in
+              _table(["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"], rows).splitlines()]
+    return lines + [""]
 
 
-def levels_section(root: Path) -> list[str]:
-    """One block per CPU model measured with `fuel-cy bench --cpu-capability all` (its own file,
-    so one machine's numbers never replace another's)."""
-    from ..bench_levels import RESULTS_DIR, level_targets
+def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], name: str) -> list[str]:
+    from ..bench_levels import level_targets
 
-    files = sorted((root / RESULTS_DIR).glob("*.json"))
-    if not files:
-        return []
-    lines = ["## CPU levels", "",
+    m = data.get("machine", {})
+    cpu = m.get("cpu", name)
+    lines = [f"## {cpu}: each CPU level", "",
              "The same build at each CPU level it contains, against PyTorch forced to the same instruction set "
              "(`fuel-cy bench --cpu-capability all`; ours and torch in one child process per level, interleaved, "
-             "medians). `ratio` is torch time / our time.", ""]
-    for path in files:
-        data = json.loads(path.read_text())
-        m = data.get("machine", {})
-        lines += [f"### {m.get('cpu', path.stem)}", "",
-                  f"Measured on {data.get('date', '?')} — {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
-                  f"{m.get('threads', '?')} threads, torch {data.get('torch', '?')}.", ""]
-        rows = []
-        for lv in data["levels"]:
-            for r in lv["rows"]:
-                rows.append([f"`{lv['level']}`", r["kernel"], r["shape"], f"{r['ms']:.2f}",
-                             f"{r['peer_ms']:.2f}", f"{r['ratio']:.2f}×"])
-        lines += [_table(["level", "kernel", "shape", "ms", "torch ms", "ratio"], rows), ""]
-        envs = {lv["level"]: " ".join(f"{k}={v}" for k, v in lv.get("torch_env", {}).items()) for lv in data["levels"]}
-        lines += ["Torch ran with " + "; ".join(f"`{k}`: `{v}`" for k, v in envs.items() if v) + ".", ""]
-        lines += [_table(["target", "measured", "met"],
-                         [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]]
-                          for t in level_targets(data)]), ""]
-        flags = {lv["level"]: " ".join(lv.get("compile_args", [])) for lv in data["levels"]}
-        lines += ["Flags per level: " + "; ".join(f"`{k}`: `{v}`" for k, v in flags.items()), ""]
+             "medians).", "", _stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit), ""]
+    points = _level_points(data)
+    if plt is not None and points:
+        slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or name
+        img = f"{slug}-levels.png"
+        images[img] = dot_plot(plt, points, "Each CPU level against PyTorch at the same level",
+                               _plot_stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit),
+                               "speed ratio = PyTorch time / fuel_cy time")
+        lines += [_image(img, f"fuel_cy against PyTorch at each CPU level on {cpu}"), "",
+                  _compact_note([r["shape"] for lv in data["levels"] for r in lv["rows"]]), ""]
+    rows = []
+    for lv in data["levels"]:
+        for r in lv["rows"]:
+            rows.append([f"`{lv['level']}`", f"`{r['kernel']}`", r["shape"], f"{r['ms']:.2f}",
+                         f"{r['peer_ms']:.2f}", f"{r['ratio']:.2f}×"])
+    lines += [_table(["level", "kernel", "shape", "ms", "torch ms", "ratio"], rows), ""]
+    envs = {lv["level"]: " ".join(f"{k}={v}" for k, v in lv.get("torch_env", {}).items()) for lv in data["levels"]}
+    lines += ["Torch ran with " + "; ".join(f"`{k}`: `{v}`" for k, v in envs.items() if v) + ".", ""]
+    lines += [_table(["target", "measured", "met"],
+                     [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]]
+                      for t in level_targets(data)]), ""]
+    flags = {lv["level"]: " ".join(lv.get("compile_args", [])) for lv in data["levels"]}
+    lines += ["Flags per level:", ""] + [f"- `{k}`: `{v}`" for k, v in flags.items()] + [""]
     return lines
 
 
@@ -114,9 +483,10 @@ def precision_page(root: Path) -> str:
              "Every kernel is checked against an independent float64 reference. The documented bounds:", "",
              "```text", (bounds_doc or "").strip(), "```", ""]
     if data:
-        lines += [_stamp(data), "",
+        commit = _commit(root, data, root / RESULTS / "precision.json")
+        lines += [_stamp(data, commit), "",
                   _table(["kernel", "dtype", "shape", "max rel. error", "bound", "within"],
-                         [[r["kernel"], r["dtype"], r["shape"], f"{r['error']:.2e}", f"{r['bound']:.1e}",
+                         [[f"`{r['kernel']}`", r["dtype"].lower(), r["shape"], f"{r['error']:.2e}", f"{r['bound']:.1e}",
                            "yes" if r["ok"] else "**no**"] for r in data["rows"]])]
     else:
         lines.append("No audit file yet: `fuel-cy demo --json benchmarks/results/precision.json` writes one.")
@@ -124,8 +494,8 @@ def precision_page(root: Path) -> str:
 
 
 def render_results_pages(root: Path) -> dict[str, Any]:
-    pages: dict[str, Any] = {"performance.md": performance_page(root), "precision.md": precision_page(root)}
-    png = root / RESULTS / "bench.png"
-    if png.exists():
-        pages["bench.png"] = png.read_bytes()
+    page, images = performance_page(root)
+    pages: dict[str, Any] = {"performance.md": page, "precision.md": precision_page(root)}
+    for name, data in images.items():
+        pages[f"perf/{name}"] = data
     return pages

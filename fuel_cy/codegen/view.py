@@ -11,6 +11,7 @@ from ..contract import expr
 from ..contract.checks import cost_symbols
 from ..contract.model import ContractDoc, FusedOpInfo, InputSpec, Kernel
 from .cores import BINDINGS, INT_WORK, policy
+from .pydocs import python_api, python_view
 
 # Layout checks run most specific first so the error names the clause that really failed.
 LAYOUT_ORDER = ("broadcast_stride0", "reverse_strides", "start_offset", "strided", "contiguous")
@@ -256,42 +257,16 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo],
         "determinism": kernel.determinism,
         "awkward_layout_strategy": kernel.caps.awkward_layout_strategy,
         "dims": {spec.name: list(spec.dims) for spec in kernel.inputs},
+        "py": python_view(kernel, params, python_api(Path(doc.path).parent)),  # Python-facing docs
         "dim_symbols": _dim_symbols(kernel),
         "fast": all(i["fast"] is not None for i in inputs),
     }
 
 
 def docstring(view: dict[str, Any]) -> str:
-    """NumPy-style docstring for a dispatch stub, built from the contract."""
-    lines = [view["blurb"], "", view["summary"], "", "Parameters", "----------"]
-    for i in view["inputs"]:
-        dims = ", ".join(sym for _, sym in i["dims"])
-        opt = ", optional" if i["optional"] else ""
-        lines.append(f"{i['name']} : numpy.ndarray [{dims}], {' | '.join(i['dtypes'])}{opt}")
-        rules = ", ".join(f"{k} {p}" for k, p in i["layout"] if p != "accepted")
-        if rules:
-            lines.append(f"    Layout: {rules}.")
-        if i["constraint"]:
-            lines.append(f"    Constraint: {i['constraint']['clause'].split(' ', 1)[1]}.")
-    for p in view["params"]:
-        default = "required" if p["default"] is None else f"default {p['default']}"
-        lines.append(f"{p['name']} : {p['kind']}, keyword-only, {default}")
-        if p["name"] == "softmax_scale":
-            lines.append("    None means 1/sqrt(D); the value is rounded to float32 (contract kind f32).")
-        elif p["default_source"]:
-            lines.append(f"    None means {p['default_source']}.")
-        if p["note"]:
-            lines.append(f"    {p['note']}")
-    lines += ["", "Returns", "-------"]
-    if view["bundle"]:
-        lines.append("tuple of numpy.ndarray")
-        for o in view["outputs"]:
-            lines.append(f"    {o['name']}: shape of {o['shape_src']}, dtype of {o['dtype_src']} (fresh, contiguous)")
-    else:
-        o = view["outputs"][0]
-        lines.append("numpy.ndarray")
-        lines.append(f"    {o['name']}: shape of {o['shape_src']}, dtype of {o['dtype_src']} (fresh, contiguous)")
-    lines += ["", "Raises", "------", "fuel_cy.InputError",
-              "    Any input or param outside the contract (the message names the clause).",
-              "", f"Contract: {view['contract']}:{view['line']} (revision {view['revision_hash']})."]
-    return "\n".join(lines)
+    """NumPy-style docstring for a dispatch stub: Python types and a description of every argument
+    and returned array from contracts/python-api.yaml (``view["py"]``, built by
+    `pydocs.python_view`), the errors, the contract's location last."""
+    from .pydocs import docstring_text
+
+    return docstring_text(view)
