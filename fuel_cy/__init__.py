@@ -63,7 +63,7 @@ def build_info() -> dict:
 
 
 def _check_stale() -> None:
-    from .contract.loader import default_contracts_dir, text_hash
+    from .contract.files import default_contracts_dir, text_hash
 
     try:
         folder = default_contracts_dir()

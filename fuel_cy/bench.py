@@ -151,9 +151,12 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     rows += _mixed_rows(torch, rng, quick, progress, copy_rate)
     rows += _numpy_rows(rng, progress)
     rows += _threads_rows(rng, quick, progress)
+    rows += _per_call_rows(torch, rng, progress)
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
               "gemm_gflops": gemm, "copy_gbps": copy_rate, "quick": quick, "torch": getattr(torch, "__version__", None),
               "rows": rows}
+    progress("import time (subprocesses)")
+    result["import_ms"] = import_ms()
     if not quick:
         progress("peak RSS of attention_flash at S=32768 (subprocess)")
         result["flash_32k_rss"] = flash_32k_rss()
@@ -350,6 +353,50 @@ def _threads_rows(rng, quick, progress):
                  "fuel_cy 1 thread", t_1 * 1e3)]
 
 
+PER_CALL_SHAPE = "per call: decode GQA q [1,8,1,64], k/v [1,2,16,64]"
+
+
+def _per_call_rows(torch, rng, progress):
+    """What a decode-sized call costs end to end (validation, dispatch, allocation, math): the
+    figure that matters when a model calls attention once per layer per token."""
+    import fuel_cy
+
+    progress("per-call cost, decode-sized GQA call")
+    q = rng.standard_normal((1, 8, 1, 64), dtype=np.float32)
+    k, v = (rng.standard_normal((1, 2, 16, 64), dtype=np.float32) for _ in range(2))
+    n = 2000
+
+    def many(f):
+        def run():
+            for _ in range(n):
+                f()
+        return run
+
+    ours = many(lambda: fuel_cy.attention_flash(q, k, v))
+    flops = 4 * 8 * 16 * 64
+    if torch is None:
+        (t_ours,) = interleaved([ours], reps=7)
+        return [_row("attention_flash", "F32", PER_CALL_SHAPE, t_ours / n * 1e3, flops, us=t_ours / n * 1e6)]
+    tq, tk, tv = map(torch.from_numpy, (q, k, v))
+    peer = many(lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True))
+    t_ours, t_peer = interleaved([ours, peer], reps=7)
+    return [_row("attention_flash", "F32", PER_CALL_SHAPE, t_ours / n * 1e3, flops, "torch SDPA (per call)",
+                 t_peer / n * 1e3, us=t_ours / n * 1e6, peer_us=t_peer / n * 1e6)]
+
+
+IMPORT_PROBE = ("import time, numpy, ml_dtypes; t = time.perf_counter(); import fuel_cy; "
+                "print(time.perf_counter() - t)")
+
+
+def import_ms(runs: int = 7) -> float:
+    """Median milliseconds `import fuel_cy` adds to a fresh interpreter that has numpy and
+    ml_dtypes loaded (the first run leaves the bytecode caches an installed package has)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    times = [float(subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True,
+                                  check=True, env=env).stdout) for _ in range(runs + 1)]
+    return float(np.median(times[1:])) * 1e3
+
+
 RSS_PROBE = """
 import numpy as np, fuel_cy
 def hwm():  # this process's own peak RSS in MiB (VmHWM, unlike ru_maxrss, is not inherited)
@@ -390,6 +437,12 @@ def print_table(result: dict[str, Any]) -> None:
     for r in result["rows"]:
         if r.get("pct_copy") is not None:
             print(f"paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s = {r['pct_copy']:.0f}% of the copy rate")
+    for r in result["rows"]:
+        if r.get("us") is not None:
+            peer = f"; {r['peer']} {r['peer_us']:.1f} µs" if r.get("peer_us") is not None else ""
+            print(f"attention_flash F32 {r['shape']}: {r['us']:.1f} µs{peer}")
+    if "import_ms" in result:
+        print(f"import fuel_cy (after numpy and ml_dtypes): {result['import_ms']:.1f} ms")
     if "flash_32k_rss" in result:
         x = result["flash_32k_rss"]
         print(f"attention_flash S=32768 D=64 causal: peak RSS {x['rss_peak_mb']:.0f} MB; {x['extra_mb']:.0f} MB beyond "

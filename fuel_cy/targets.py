@@ -60,6 +60,12 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         check("mixed backward >= 1.0x torch autograd backward in that dtype",
               ratios(mixed("attention_flash_backward_mixed")), 1.0),
     ]
+    per_call = [r for r in rows if r["shape"].startswith("per call") and r.get("ratio") is not None]
+    out.append(check("per call <= torch SDPA per call (decode GQA, same process)", [r["ratio"] for r in per_call], 1.0))
+    imp = result.get("import_ms")
+    out.append({"target": "import fuel_cy adds <= 20 ms (after numpy, ml_dtypes)",
+                "measured": f"{imp:.1f} ms" if imp is not None else "not measured",
+                "met": (imp <= 20) if imp is not None else None})
     rss = result.get("flash_32k_rss")
     out.append({"target": "flash S=32768 D=64 peak RSS <= inputs + output + 64 MB",
                 "measured": f"+{rss['extra_mb']:.0f} MB" if rss else "not measured",

@@ -1,7 +1,6 @@
 """One exception type for every contract problem, carrying all problems found."""
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -36,6 +35,8 @@ def suggest(word: Any, choices: Iterable[str]) -> Optional[str]:
     if not isinstance(word, str):
         return None
     by_lower = {c.lower(): c for c in choices}
+    import difflib  # only on the error path
+
     close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.75)
     return by_lower[close[0]] if close else None
 

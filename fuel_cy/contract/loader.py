@@ -1,7 +1,6 @@
 """Entry points of the contract layer: text or files in, validated ContractDoc out."""
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
@@ -9,17 +8,13 @@ from .build import BlockContext, Reader, build_kernel, load_block
 from .checks import check_document, check_kernel
 from .document import split_document
 from .errors import Collector, ContractError
+from .files import FUSED_OPS_FILE, contract_files, default_contracts_dir, text_hash  # noqa: F401 (re-exported)
 from .model import ContractDoc, FusedOpInfo, Kernel, Provider
 from .recover import is_indented, reindent
 from .schema import DTYPES, FRONT_MATTER
 from .yamlload import YamlProblem, load
 
-FUSED_OPS_FILE = "fused_ops.yaml"
 MAX_FILE_BYTES = 2_000_000
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def parse_fused_ops(text: str, path: str = FUSED_OPS_FILE) -> dict[str, FusedOpInfo]:
@@ -137,10 +132,6 @@ def load_contract(path: Union[str, Path], fused_ops: Optional[Mapping[str, Fused
     return parse_document(text, shown, fused_ops)
 
 
-def contract_files(directory: Union[str, Path]) -> list[Path]:
-    return sorted(p for p in Path(directory).glob("*.md") if p.is_file())
-
-
 def load_contracts(directory: Union[str, Path]) -> list[ContractDoc]:
     """Load every ``*.md`` contract in ``directory`` with its fused-op table; all problems at once."""
     directory = Path(directory)
@@ -157,15 +148,6 @@ def load_contracts(directory: Union[str, Path]) -> list[ContractDoc]:
     check_document(kernels, problems)
     problems.raise_if_any()
     return docs
-
-
-def default_contracts_dir() -> Path:
-    """The repo's ``contracts/`` in a source checkout, else the copy packaged at build time."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here.parent / "contracts", here / "_generated" / "contracts"):
-        if (candidate / FUSED_OPS_FILE).is_file():
-            return candidate
-    raise ContractError("no contracts directory found (looked for ./contracts and the packaged copy)")
 
 
 _DEFAULT_FUSED: Optional[dict[str, FusedOpInfo]] = None
