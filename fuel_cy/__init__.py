@@ -12,9 +12,20 @@ from .errors import ContractError, CpuCapabilityError, InputError, StaleBuildWar
 
 from ._threads import get_num_threads, set_num_threads
 
-__version__ = "0.1.0"
-_REBUILD = ("fuel_cy's compiled extension is missing or was built from other sources: rebuild it "
-            "with `pip install -e .` (or `fuel-cy build`) from the project checkout")
+__version__ = "0.1.0"  # pyproject.toml's [project] version, stated again (tests/test_cli.py checks they agree)
+
+
+def _repair_advice() -> str:
+    """The command that makes the compiled extension current for the way fuel_cy is installed
+    (`fuel-cy build` in place from an editable checkout, a reinstall for a regular install).
+    Only the missing/stale paths call it, so `import fuel_cy` never loads fuel_cy.workspace."""
+    from .workspace import repair_advice
+
+    return repair_advice()
+
+
+def _rebuild_message() -> str:
+    return f"fuel_cy's compiled extension is missing or was built from other sources: {_repair_advice()}"
 
 try:
     from ._generated import _kernels as _ext  # noqa: F401  (the import is the check; it picks the CPU level)
@@ -30,7 +41,7 @@ except (ImportError, CpuCapabilityError, KeyError) as _exc:
     def __getattr__(name: str):  # noqa: D401
         if isinstance(_BUILD_ERROR, CpuCapabilityError):
             raise CpuCapabilityError(str(_BUILD_ERROR))
-        raise ImportError(f"{_REBUILD} (while importing fuel_cy.{name}: {_BUILD_ERROR})")
+        raise ImportError(f"{_rebuild_message()} (while importing fuel_cy.{name}: {_BUILD_ERROR})")
 else:
     _BUILD_ERROR = None
     from ._generated._kernels import *  # noqa: F401,F403  (the contract's kernels)
@@ -72,10 +83,9 @@ def _check_stale() -> None:
     for name, digest in _tables.CONTRACT_HASHES.items():
         path = folder / name
         if path.exists() and text_hash(path.read_text(encoding="utf-8")) != digest:
-            warnings.warn(
-                f"contract {path} changed since the extension was built; rebuild with "
-                f"`fuel-cy build` (or `pip install -e .`) so code and contract agree",
-                StaleBuildWarning, stacklevel=3)
+            warnings.warn(f"contract {path} changed since the extension was built; to make code and "
+                          f"contract agree, {_repair_advice()}",
+                          StaleBuildWarning, stacklevel=3)
 
 
 if _BUILD_ERROR is None:

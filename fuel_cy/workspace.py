@@ -48,21 +48,34 @@ def pip_install(root: Path, editable: bool = False) -> str:
     return f"cd {shlex.quote(str(root))} && {python()} -m pip install {'-e ' if editable else ''}."
 
 
-def _names_fuel_cy(pyproject: Path) -> bool:
-    try:
-        text = pyproject.read_text(encoding="utf-8")
-    except OSError:
-        return False
+def _project_value(text: str, key: str) -> str:
+    """A string in pyproject.toml's [project] table ("" when absent); ValueError: not TOML."""
     try:
         import tomllib  # Python 3.11+
 
-        name = str(tomllib.loads(text).get("project", {}).get("name", ""))
-    except ImportError:  # pragma: no cover - Python 3.10: the [project] name line is enough
-        match = re.search(r'^\s*name\s*=\s*["\']([^"\']+)["\']', text.split("[project]", 1)[-1], re.M)
-        name = match.group(1) if match else ""
-    except ValueError:
+        return str(tomllib.loads(text).get("project", {}).get(key, ""))
+    except ImportError:  # pragma: no cover - Python 3.10: the [project] table's `key = "..."` line
+        table = re.search(r"^\[project\][ \t]*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+        match = re.search(rf'^\s*{key}\s*=\s*["\']([^"\']+)["\']', table.group(1) if table else "", re.M)
+        return match.group(1) if match else ""
+
+
+def _names_fuel_cy(pyproject: Path) -> bool:
+    try:
+        name = _project_value(pyproject.read_text(encoding="utf-8"), "name")
+    except (OSError, ValueError):
         return False
     return re.sub(r"[-_.]+", "_", name).lower() == "fuel_cy"
+
+
+def project_version(root: Path) -> str:
+    """The version in `root`/pyproject.toml's [project] table: the one place fuel_cy's version is
+    written (fuel_cy.__version__ repeats it, and a test checks the two agree; the site's footer
+    shows it)."""
+    version = _project_value((root / "pyproject.toml").read_text(encoding="utf-8"), "version")
+    if not version:
+        raise ValueError(f"{root / 'pyproject.toml'} states no [project] version")
+    return version
 
 
 def is_checkout(path: Path) -> bool:
@@ -117,6 +130,25 @@ def installed() -> Install:
     except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
         pass
     return Install(PACKAGE_DIR, checkout, origin)
+
+
+def repair_advice(inst: Optional[Install] = None) -> str:
+    """What makes the compiled extension of the fuel_cy this Python imports current again, for
+    the way it is installed: a build in place from its checkout (editable, or run from source),
+    else a reinstall (`fuel-cy build` cannot change a regular install).  `import fuel_cy` says it
+    when the extension is missing or stale; it imports this module on that path only."""
+    inst = inst or installed()
+    if inst.checkout is not None:
+        root = shlex.quote(str(inst.checkout))
+        return (f"rebuild it in place: cd {root} && fuel-cy build   "
+                f"(or: {pip_install(inst.checkout, editable=True)})")
+    source = Path(inst.origin) if inst.origin else None
+    if source is not None and is_checkout(source):
+        how = f"reinstall it from {source}: {pip_install(source)}"
+    else:
+        how = f"reinstall it from your checkout: cd CHECKOUT && {python()} -m pip install ."
+    return (f"{how}   (this fuel_cy is a regular, non-editable install at {inst.package_dir}, which `fuel-cy build` cannot change; "
+            "install the checkout with `pip install -e .` and `fuel-cy build` rebuilds it in place)")
 
 
 @dataclass(frozen=True)

@@ -508,3 +508,156 @@ def test_generate_check_in_a_checkout_with_a_regular_install(tmp_path):
     assert r.returncode == 1, r.stdout
     assert f"stale extension: this Python imports fuel_cy from a regular, non-editable install at {site / 'fuel_cy'}" in r.stdout
     assert f"reinstall it from the checkout: cd {proj} && {sys.executable} -m pip install ." in r.stdout
+
+
+# ---- the version, the repair advice at import, and the Editing a contract page's transcripts ----
+
+def test_the_version_is_stated_once():
+    """pyproject.toml's [project] version is the version; fuel_cy.__version__ states the same, and
+    CHANGELOG.md (the site's Changelog page, whose footer shows the version) has its section."""
+    import fuel_cy
+    from fuel_cy.workspace import project_version
+
+    version = project_version(ROOT)
+    assert fuel_cy.__version__ == version
+    assert f"\n## {version} - " in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_import_names_the_repair_command_for_the_install_mode(tmp_path, monkeypatch):
+    """A missing or stale extension: `import fuel_cy` says `fuel-cy build` in place for an editable
+    install (or a checkout run from source), and a reinstall for a regular one."""
+    import types
+
+    import fuel_cy
+    from fuel_cy import workspace
+    from fuel_cy.contract import files
+    from fuel_cy.errors import StaleBuildWarning
+
+    clone = _checkout(tmp_path / "clone", sources=False)
+    python = workspace.python()
+    editable = workspace.Install(clone / "fuel_cy", clone)
+    regular = workspace.Install(tmp_path / "site-packages" / "fuel_cy", None, str(clone))
+    unknown = workspace.Install(tmp_path / "site-packages" / "fuel_cy", None)
+    in_place = f"rebuild it in place: cd {clone} && fuel-cy build   (or: cd {clone} && {python} -m pip install -e .)"
+    reinstall = f"reinstall it from {clone}: cd {clone} && {python} -m pip install ."
+    # the stale check, on a contract whose recorded digest differs
+    # (through the module's dict: with no compiled extension fuel_cy has no _tables to replace)
+    monkeypatch.setitem(vars(fuel_cy), "_tables",
+                        types.SimpleNamespace(CONTRACT_HASHES={"fuel-reference-backend.md": "0" * 64}))
+    monkeypatch.setattr(files, "default_contracts_dir", lambda: clone / "contracts")
+    for inst, wanted in ((editable, in_place), (regular, reinstall),
+                         (unknown, f"reinstall it from your checkout: cd CHECKOUT && {python} -m pip install .")):
+        monkeypatch.setattr(workspace, "installed", lambda inst=inst: inst)
+        assert wanted in fuel_cy._rebuild_message()
+        with pytest.warns(StaleBuildWarning) as caught:
+            fuel_cy._check_stale()
+        message = str(caught[0].message)
+        assert message.startswith(f"contract {clone / 'contracts' / 'fuel-reference-backend.md'} changed since the "
+                                  "extension was built; to make code and contract agree, ")
+        assert wanted in message
+        if inst.checkout is None:
+            assert "&& fuel-cy build" not in message and "`fuel-cy build` cannot change" in message
+    # end to end: a package without its compiled modules, imported from a checkout and as an install
+    code = "import fuel_cy\ntry:\n    fuel_cy.attention_flash\nexcept ImportError as e:\n    print(e)"
+    proj = _checkout(tmp_path / "proj", sources=False)
+    shutil.copytree(ROOT / "fuel_cy", proj / "fuel_cy", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    site = _installed_copy(tmp_path / "site")
+    for path, wanted in ((proj, f"rebuild it in place: cd {proj} && fuel-cy build"),
+                         (site, f"reinstall it from your checkout: cd CHECKOUT && {sys.executable} -m pip install .")):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(path)}, timeout=300)
+        assert r.returncode == 0 and r.stdout.startswith("fuel_cy's compiled extension is missing"), r.stdout + r.stderr
+        assert wanted in r.stdout, r.stdout
+
+
+PAGE = ROOT / "site" / "editing-contracts.md"
+COST = "fuel-cy cost attention_naive --shape q=1,8,1024,64 --shape k=1,2,1024,64 --shape v=1,2,1024,64"
+HOME, VENV = "/home/me/fuel_cy", "/home/me/.venv"
+SITE_PACKAGES = f"{VENV}/lib/python3.11/site-packages/fuel_cy"
+
+
+def _transcripts(text: str) -> dict[str, list[tuple[str, str]]]:
+    """The page's checked console blocks, by name: (command, output) in page order."""
+    import re
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name, body in re.findall(r"<!-- transcript: ([^>]+?) -->\n```console\n(.*?)```", text, re.S):
+        steps = out.setdefault(name, [])
+        for line in body.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], ""))
+            else:
+                steps[-1] = (steps[-1][0], steps[-1][1] + line + "\n")
+    return out
+
+
+def _scratch_checkout(dest: Path) -> Path:
+    """A checkout whose contracts are the ones the suite's compiled extension was built from."""
+    _checkout(dest)
+    shutil.copytree(ROOT / "fuel_cy" / "_generated" / "contracts", dest / "contracts", dirs_exist_ok=True)
+    return dest
+
+
+def test_editing_contracts_page_shows_what_the_cli_prints(tmp_path):
+    """site/editing-contracts.md's end-to-end transcripts, run: an editable checkout (this suite's
+    compiled package copied into a checkout, a setup.py that compiles nothing) and a regular
+    install (the package copied to a site folder, with pip's record of where it came from)."""
+    import doctest
+    import json
+    import re
+
+    pages = _transcripts(PAGE.read_text(encoding="utf-8"))
+    assert [c for c, _ in pages["editable"]] == [COST, "fuel-cy validate", "fuel-cy build"]
+    assert [c for c, _ in pages["editable, after the build"]] == [COST]
+    assert [c for c, _ in pages["regular"]] == [COST, "fuel-cy build"]
+    bindir = str(Path(SCRIPT.read_text().splitlines()[0][2:]).parent)
+
+    def run(command: str, cwd: Path, pythonpath: Path, checkout: Path, site: Path = Path("/nowhere")) -> str:
+        r = cli(*command.split()[1:], cwd=cwd, env={"PYTHONPATH": str(pythonpath)})
+        text = r.stderr + r.stdout
+        for real, shown in ((str(site / "fuel_cy"), SITE_PACKAGES), (str(checkout), HOME), (bindir, f"{VENV}/bin")):
+            text = text.replace(real, shown)
+        return text
+
+    def same(shown: str, real: str) -> bool:
+        def counts(s):  # the number of generated files a build rewrites depends on the edit and the build
+            return re.sub(r"\(\d+ generated file\(s\) changed", "(N generated file(s) changed", s)
+
+        return doctest.OutputChecker().check_output(counts(shown), counts(real), doctest.ELLIPSIS)
+
+    # editable: the checkout's own package, compiled; `fuel-cy build` regenerates and "compiles"
+    home = _scratch_checkout(tmp_path / "editable")
+    shutil.copytree(ROOT / "fuel_cy", home / "fuel_cy", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.c", "calibration-*"))
+    (home / "setup.py").write_text("import sys\nsys.exit(0)  # the test compiles nothing\n")
+    outputs = []
+    for i, (command, shown) in enumerate(pages["editable"]):
+        if command == "fuel-cy validate":
+            _edit_contract(home)
+        real = run(command, home, home, home)
+        outputs.append(real)
+        assert same(shown, real), f"$ {command}\n--- the page shows:\n{shown}--- the CLI prints:\n{real}"
+    # after a real build the cost is the new formula's: twice the flops
+    before = re.search(r"^flops +(\d+)$", outputs[0], re.M)
+    assert before, outputs[0]
+    shown_after = pages["editable, after the build"][0][1]
+    doubled = outputs[0].replace(before.group(0), before.group(0).replace(before.group(1), str(2 * int(before.group(1)))))
+    assert same(shown_after, doubled), shown_after
+    assert "StaleBuildWarning" not in shown_after
+
+    # regular: an installed copy that pip recorded as installed from the checkout
+    home = _scratch_checkout(tmp_path / "regular")
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "fuel_cy", site / "fuel_cy",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.pyx", "calibration-*"))
+    record = site / "fuel_cy-0.1.0.dist-info"
+    record.mkdir()
+    (record / "METADATA").write_text("Metadata-Version: 2.1\nName: fuel_cy\nVersion: 0.1.0\n")
+    (record / "direct_url.json").write_text(json.dumps({"url": home.as_uri(), "dir_info": {}}))
+    _edit_contract(home)
+    before_build = _snapshot(home)
+    for command, shown in pages["regular"]:
+        real = run(command, home, site, home, site)
+        assert same(shown, real), f"$ {command}\n--- the page shows:\n{shown}--- the CLI prints:\n{real}"
+    assert _snapshot(home) == before_build

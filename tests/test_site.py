@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -276,10 +277,11 @@ def test_editing_a_contract_changes_the_pages_of_an_unbuilt_checkout(tmp_path):
     the kernel page and in the API reference."""
     proj = tmp_path / "proj"
     ignore = shutil.ignore_patterns("*.so", "*.c", "__pycache__", "build", "_generated")
-    for name in ("contracts", "templates", "fuel_cy", "site", "benchmarks"):
+    for name in ("contracts", "templates", "fuel_cy", "site", "benchmarks", "overrides"):
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, proj / name, ignore=ignore)
-    shutil.copy(ROOT / "mkdocs.yml", proj / "mkdocs.yml")
+    for name in ("mkdocs.yml", "pyproject.toml", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, proj / name)
     assert not (proj / "fuel_cy" / "_generated").exists()
     contract = proj / "contracts" / "fuel-reference-backend.md"
     text = contract.read_text()
@@ -301,3 +303,45 @@ def test_editing_a_contract_changes_the_pages_of_an_unbuilt_checkout(tmp_path):
     api = (out / "api" / "index.html").read_text()
     assert 'id="fuel_cy.attention_flash"' in api and 'id="fuel_cy.torch.attention_paged_naive"' in api
     assert "attention_sink" in api
+
+
+def test_every_page_shows_the_version_and_links_the_changelog(browser, server, site):
+    """Every page's footer says `fuel_cy <version>` (pyproject.toml's, the one place it is
+    written) and links the Changelog page, which is CHANGELOG.md as the repository has it. With
+    no repo_url in mkdocs.yml (the project has no public repository yet) no repository is linked."""
+    from fuel_cy.workspace import project_version
+
+    version = project_version(ROOT)
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"\n## {version} - " in changelog, f"CHANGELOG.md has no section for {version}"
+    footer = """
+        const pick = s => document.querySelector('.md-footer ' + s);
+        const shown = e => !!e && e.getBoundingClientRect().width > 0 && getComputedStyle(e).visibility !== 'hidden';
+        const v = pick('.fc-version'), c = pick('a.fc-changelog');
+        return {version: shown(v) ? v.textContent.trim() : null, changelog: shown(c) ? c.href : null,
+                repository: !!pick('.fc-repository') || !!document.querySelector('.md-header .md-source')};"""
+    problems = {}
+    for page in _site_pages(site):
+        _open(browser, server + page)
+        seen = browser.execute_script(footer)
+        if seen != {"version": f"fuel_cy {version}", "changelog": f"{server}/changelog/", "repository": False}:
+            problems[page] = seen
+    assert not problems, problems
+    # the footer as a reader sees it at the bottom of a page
+    _open(browser, server + "/cli/")
+    browser.execute_script("window.scrollTo(0, document.documentElement.scrollHeight)")
+    time.sleep(0.5)  # the header's title cross-fades to the page title as the page scrolls
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "footer.png"))
+    # the link leads to the changelog, with this version's section, as CHANGELOG.md has it
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.find_element("css selector", ".md-footer a.fc-changelog").click()
+    WebDriverWait(browser, 15).until(lambda d: d.current_url == f"{server}/changelog/" and d.execute_script(
+        "return document.readyState === 'complete' && !!document.querySelector('.md-content article')"))
+    assert browser.find_element("css selector", "article h1").text == "Changelog"
+    headings = [h.text for h in browser.find_elements("css selector", "article h2")]
+    first = changelog.split("\n## ", 2)
+    assert headings[:2] == [line.split("\n", 1)[0] for line in first[1:3]], headings
+    assert any(h.startswith(f"{version} - ") for h in headings), headings
+    assert not _severe(browser)

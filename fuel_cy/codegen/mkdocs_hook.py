@@ -59,6 +59,10 @@ def on_config(config):
     for i, entry in enumerate(config["nav"] or []):
         if isinstance(entry, dict) and entry.get("Kernels") == "kernels/index.md":
             config["nav"][i] = {"Kernels": ["kernels/index.md", *groups]}
+    # every page's footer shows the version (overrides/partials/copyright.html): pyproject.toml's
+    from fuel_cy.workspace import project_version
+
+    config["extra"]["fuel_cy_version"] = project_version(ROOT)
     # `mkdocs serve` should rebuild when a contract, a docs template or a result file changes
     for folder in ("contracts", "templates/docs", "benchmarks/results"):
         path = ROOT / folder
