@@ -35,6 +35,10 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 CORE = ROOT / "fuel_cy" / "_core"
+# The C headers the level modules compile (policy.pxi and test_hooks.pxi name some; those #include
+# the rest).  Cython tracks the .pxi files a module includes but not C headers, so they are the
+# modules' `depends`: build_ext recompiles a level when one changes.  (fc_cpuid.h: _cpuid only.)
+CORE_HEADERS = sorted(str(p) for p in CORE.glob("*.h") if p.name != "fc_cpuid.h")
 
 
 SOURCE_PACKAGE = "_fuel_cy_source"
@@ -198,12 +202,13 @@ def extensions() -> list:
         exts.append(Extension(f"fuel_cy._generated._core_{level.name}",
                               sources=[f"fuel_cy/_generated/_core_{level.name}.pyx"],
                               include_dirs=[str(CORE), numpy.get_include()], extra_compile_args=args,
-                              extra_link_args=[*base["link_args"], *omp_l]))
+                              extra_link_args=[*base["link_args"], *omp_l], depends=CORE_HEADERS))
     BUILD_INFO.update(build_info(base, levels, sources))
-    for name, source in (("fuel_cy._generated._kernels", "fuel_cy/_generated/_kernels.pyx"),
-                         ("fuel_cy._cpuid", "fuel_cy/_cpuid.pyx")):
+    for name, source, depends in (("fuel_cy._generated._kernels", "fuel_cy/_generated/_kernels.pyx", []),
+                                  ("fuel_cy._cpuid", "fuel_cy/_cpuid.pyx", [str(CORE / "fc_cpuid.h")])):
         exts.append(Extension(name, sources=[source], include_dirs=[str(CORE), numpy.get_include()],
-                              extra_compile_args=base["compile_args"], extra_link_args=base["link_args"]))
+                              extra_compile_args=base["compile_args"], extra_link_args=base["link_args"],
+                              depends=depends))
     # Bounds checks stay on for the generated Python-level code (a shape tuple of the wrong
     # length must raise, not read past its end); the hot loops use raw pointers into buffers
     # whose extents the validators proved, so the checks cost nothing there.

@@ -21,7 +21,7 @@ F = np.float32
 def f32_exp(x):
     from fuel_cy.cpu import core
 
-    return F(core()._core_expf(np.array([x], np.float32))[0])
+    return F(core()._test_expf(np.array([x], np.float32))[0])
 
 
 def rounder(code):
@@ -154,7 +154,7 @@ def _f32_exp_v(x):
     from fuel_cy.cpu import core
 
     x = np.ascontiguousarray(x, np.float32)
-    return core()._core_expf(x.reshape(-1)).reshape(x.shape)
+    return core()._test_expf(x.reshape(-1)).reshape(x.shape)
 
 
 def _scores(R, Q, K, scale, cap, slope, causal, left, right, kend):

@@ -65,7 +65,10 @@ MUTANTS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def _copy_tree(dest: Path) -> None:
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    # tracked files and new ones not yet added (a core file created since the last commit), but
+    # nothing .gitignore excludes (builds, generated code)
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
     for rel in files:
         src = ROOT / rel
         if src.is_file():

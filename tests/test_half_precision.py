@@ -29,7 +29,7 @@ def _interesting_floats():
 @pytest.mark.parametrize("code,target", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
 def test_core_rounding_is_bitwise_ml_dtypes(code, target):
     x = _interesting_floats()
-    ours = core()._core_round(x, code)
+    ours = core()._test_round(x, code)
     with np.errstate(over="ignore"):
         theirs = x.astype(target).astype(np.float32)
     assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
@@ -41,15 +41,15 @@ def _bits(a):
 
 @pytest.mark.parametrize("which,target", [("bf16-int", ml_dtypes.bfloat16), ("f16", np.float16)])
 def test_vector_rounding_is_bitwise_ml_dtypes(which, target):
-    """The rounding inside the half-type GEMMs (fc_simd.h), NaN payloads included."""
+    """The rounding inside the half-type GEMMs (fc_half.h), NaN payloads included."""
     x = np.concatenate([_interesting_floats(), np.array([np.nan, -np.nan], np.float32),
                         np.array([0x7FC12345, 0xFF812345, 0x7F800001], np.uint32).view(np.float32)])
-    ours = core()._core_round_vec(x, which)
+    ours = core()._test_round_vec(x, which)
     with np.errstate(over="ignore", invalid="ignore"):
         theirs = x.astype(target).astype(np.float32)
     finite = ~np.isnan(x)
     assert np.array_equal(_bits(ours)[finite], _bits(theirs)[finite])
-    assert np.array_equal(_bits(ours)[~finite], _bits(core()._core_round(x[~finite], "BF16" if "bf16" in which else "F16")))
+    assert np.array_equal(_bits(ours)[~finite], _bits(core()._test_round(x[~finite], "BF16" if "bf16" in which else "F16")))
 
 
 @pytest.mark.parametrize("which", ["bf16-cvt", "bf16-cvt-pair"])
@@ -57,7 +57,7 @@ def test_bf16_instruction_rounding_differs_only_on_f32_subnormals(which):
     """vcvtneps2bf16 flushes f32 subnormals; everywhere else it is ml_dtypes' rounding.  The
     kernels use it only where the operands' exponents prove no subnormal can arise (next test)."""
     x = _interesting_floats()
-    ours = core()._core_round_vec(x, which)
+    ours = core()._test_round_vec(x, which)
     if ours is None:  # a level without AVX512-BF16: the GEMMs use the integer rounding only
         assert "avx512_bf16" not in fuel_cy.build_info()["levels"][fuel_cy.cpu.capability()]["features"]
         return
@@ -88,20 +88,20 @@ def test_half_inputs_widen_and_outputs_narrow_exactly(code, dtype):
 @pytest.mark.parametrize("code", ["BF16", "F16"])
 def test_core_rounding_keeps_nan(code):
     x = np.array([np.nan, -np.nan, np.inf, -np.inf], np.float32)
-    r = core()._core_round(x, code)
+    r = core()._test_round(x, code)
     assert np.isnan(r[:2]).all() and r[2] == np.inf and r[3] == -np.inf
 
 
 def test_fast_expf_accuracy_and_edges():
     x = np.linspace(-86.4, 88.7, 2_000_001, dtype=np.float32)
-    ours = core()._core_expf(x).astype(np.float64)
+    ours = core()._test_expf(x).astype(np.float64)
     exact = np.exp(x.astype(np.float64))
     ulp = np.abs(ours - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
     assert ulp.max() <= 4.0
     # below exp(-86.5) ~ 2.6e-38 results flush to zero (documented; probabilities that small vanish)
     tiny = np.linspace(-120, -86.6, 1001, dtype=np.float32)
-    assert np.all(core()._core_expf(tiny) == 0)
-    edge = core()._core_expf(np.array([-np.inf, -1000, 1000, np.inf, np.nan, 0], np.float32))
+    assert np.all(core()._test_expf(tiny) == 0)
+    edge = core()._test_expf(np.array([-np.inf, -1000, 1000, np.inf, np.nan, 0], np.float32))
     assert edge[0] == 0 and edge[1] == 0 and edge[2] == np.inf and edge[3] == np.inf
     assert np.isnan(edge[4]) and edge[5] == 1
 
@@ -111,10 +111,10 @@ def test_flash_f32_softmax_exp_accuracy_edges_and_sum():
     """flash f32's fused exp(scale * s - m) + sum (AVX-512 range reduction and vscalefps)."""
     x = np.linspace(-103.0, 88.7, 2_000_003, dtype=np.float32)  # odd length: the masked tail
     e = x.copy()
-    core()._core_exp_scaled_sum_f32(e, 1.0, 0.0)
+    core()._test_exp_scaled_sum_f32(e, 1.0, 0.0)
     exact = np.exp(x.astype(np.float64))
     ulp = np.abs(e.astype(np.float64) - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
-    if core()._HAVE_AVX512_EXP:
+    if core()._TEST_HAVE_AVX512_EXP:
         assert ulp.max() <= 2.0  # gradual underflow too: subnormal results are rounded, not flushed
     else:  # levels without AVX-512 (fc_expf_v): results below ~2e-38 (x < -86.98) flush to zero
         assert ulp[x > -86.98].max() <= 2.0 and np.all(e[x < -87.0] == 0)
@@ -122,14 +122,14 @@ def test_flash_f32_softmax_exp_accuracy_edges_and_sum():
     s = np.array([-np.inf, -1000, 1000, np.inf, np.nan, 0, 3.0], np.float32)
     scale, m = np.float32(0.5), np.float32(1.25)
     got = s.copy()
-    core()._core_exp_scaled_sum_f32(got, scale, m)
+    core()._test_exp_scaled_sum_f32(got, scale, m)
     assert got[0] == 0 and got[1] == 0 and got[2] == np.inf and got[3] == np.inf
     assert np.isnan(got[4])
     assert got[5] == np.float32(np.exp(-1.25)) and abs(got[6] / np.exp(0.5 * 3.0 - 1.25) - 1) < 2e-7
     rng = np.random.default_rng(2)
     row = rng.standard_normal(77).astype(np.float32)
     got = row.copy()
-    total = core()._core_exp_scaled_sum_f32(got, np.float32(0.3), np.float32(0.1))
+    total = core()._test_exp_scaled_sum_f32(got, np.float32(0.3), np.float32(0.1))
     assert np.allclose(got, np.exp(0.3 * row.astype(np.float64) - 0.1), rtol=3e-7, atol=0)
     assert np.isclose(total, np.exp(0.3 * row.astype(np.float64) - 0.1).sum(), rtol=1e-6)
 
@@ -257,13 +257,13 @@ def test_paged_is_bitwise_the_emulation(code, dtype):
 
 def test_fast_exp_f64_accuracy_and_edges():
     x = np.linspace(-707.0, 709.0, 2_000_001)
-    ours = core()._core_exp_f64(x)
+    ours = core()._test_exp_f64(x)
     exact = np.exp(x)
     ulp = np.abs(ours - exact) / np.spacing(exact)
     assert ulp.max() <= 4.0
     small = np.linspace(-3, 3, 100_001)
-    assert np.max(np.abs(core()._core_exp_f64(small) - np.exp(small)) / np.spacing(np.exp(small))) <= 2.0
-    edge = core()._core_exp_f64(np.array([-np.inf, -1e4, 1e4, np.inf, np.nan, 0.0]))
+    assert np.max(np.abs(core()._test_exp_f64(small) - np.exp(small)) / np.spacing(np.exp(small))) <= 2.0
+    edge = core()._test_exp_f64(np.array([-np.inf, -1e4, 1e4, np.inf, np.nan, 0.0]))
     assert edge[0] == 0 and edge[1] == 0 and edge[2] == np.inf and edge[3] == np.inf
     assert np.isnan(edge[4]) and edge[5] == 1
 

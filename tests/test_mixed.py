@@ -50,7 +50,7 @@ def test_flash_mixed_matches_float64_reference_and_the_rounded_f32_kernel(case, 
     # scores come from vdpbf16ps (a different float32 summation order, pinned bit for bit in
     # test_dpbf16_scores_are_the_instructions_float32_sums), the result may sit one bf16 ulp away.
     f32 = fuel_cy.attention_flash(*_f32(q, k, v, slopes), **params)
-    if code == "BF16" and core()._HAVE_DPBF16:
+    if code == "BF16" and core()._TEST_HAVE_DPBF16:
         assert ulps16(out, f32.astype(dtype)) <= 1
     else:
         assert _bits(out) == _bits(f32.astype(dtype))
@@ -73,8 +73,8 @@ def test_dpbf16_scores_are_the_instructions_float32_sums(rows, keys, d):
     rng = np.random.default_rng(rows + d)
     q, k = (rng.standard_normal(shape).astype(ml_dtypes.bfloat16).astype(np.float32)
             for shape in ((rows, d), (keys, d)))
-    s = core()._core_qk_dpbf16(q, k)
-    if not core()._HAVE_DPBF16:
+    s = core()._test_qk_dpbf16(q, k)
+    if not core()._TEST_HAVE_DPBF16:
         assert s is None  # the level has no AVX512-BF16: the mixed flash runs the float32 loops
         return
     assert _bits(s) == _bits(_dpbf16_emulated(q, k))
@@ -94,7 +94,7 @@ def test_backward_mixed_matches_float64_reference_and_the_rounded_f32_kernel(cas
         assert got.dtype == dtype and got.shape == like.shape
         assert _rel(got, exp) <= bound
     f32 = fuel_cy.attention_flash_backward(*_f32(q, k, v, do, slopes), **params)
-    if code == "BF16" and core()._HAVE_DPBF16:
+    if code == "BF16" and core()._TEST_HAVE_DPBF16:
         # S and dP by vdpbf16ps (float32 sums in another order): within one bf16 ulp of each
         # gradient's largest element of the float32 kernel's result (dS = P (dP - delta) cancels,
         # so small elements may move further than their own ulp)

@@ -2,6 +2,9 @@
 # lane-partial reductions.  Written once over (rnd_t, real_t); each arithmetic result goes
 # through R() so half types round at every step.  Reductions use fixed lane partials, so the
 # order of additions (and thus the bits) never depends on threads or tiling of the caller.
+# Included after policy.pxi (the policies R, EXP, TANH and the fc_* declarations).
+
+from libc.math cimport INFINITY
 
 cdef enum:
     BC = 128      # keys per packed tile (K^T stored as [D][BC])
@@ -87,7 +90,7 @@ cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t m, x
-    if FC_ROWRED_IN_C:  # the same lanes on this level's vectors (fc_simd.h)
+    if FC_ROWRED_IN_C:  # the same lanes on this level's vectors (fc_exp.h)
         if real_t is float:
             return fc_row_max_f32(s, n)
         else:
@@ -161,7 +164,7 @@ cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t total
-    if rnd_t is RoundNone and FC_ROWRED_IN_C:  # the same lanes on this level's vectors (fc_simd.h)
+    if rnd_t is RoundNone and FC_ROWRED_IN_C:  # the same lanes on this level's vectors (fc_exp.h)
         if real_t is float:
             return fc_dot16_f32(a, b, n)
         else:
@@ -183,7 +186,7 @@ cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept
 cdef inline void pack_kt(real_t** rows, Py_ssize_t n, Py_ssize_t D, real_t* out) noexcept nogil:
     """Pack n <= BC rows of length D as K^T [D][BC], zero-padding the missing columns."""
     cdef Py_ssize_t j, d
-    if real_t is float:  # 16 x 16 register transposes in C (fc_simd.h)
+    if real_t is float:  # 16 x 16 register transposes in C (fc_pack.h)
         fc_pack_kt_f32(rows, n, D, out)
         return
     for d in range(D):
@@ -197,7 +200,7 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
                          real_t* S, Py_ssize_t lds, Py_ssize_t ncols) noexcept nogil:
     """S[i, j] = sum_d Q[i, d] * Kt[d, j] for the column blocks covering j < ncols (<= BC);
     sequential over d per (i, j).  Q rows (stride D) must be padded to a multiple of NR rows."""
-    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_simd.h)
+    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_gemm.h)
         if real_t is float:
             fc_qk_f32(Q, nrows4, D, Kt, S, lds, ncols)
         else:
@@ -245,7 +248,7 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
 cdef inline void pv_accum(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols,
                           real_t** vrows, Py_ssize_t D, real_t* O, Py_ssize_t ldo) noexcept nogil:
     """O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j (rows padded to NR)."""
-    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_simd.h)
+    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_gemm.h)
         if real_t is float:
             fc_pv_f32(P, ldp, nrows4, ncols, vrows, D, O, ldo)
         else:
@@ -338,7 +341,7 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         for j in range(n):
             s[j] = 0
         return
-    if rnd_t is RoundNone and real_t is float:  # the same order, the level's vector exp (fc_simd.h)
+    if rnd_t is RoundNone and real_t is float:  # the same order, the level's vector exp (fc_exp.h)
         total = fc_exp_shift_sum16_f32(s, n, m)
     elif rnd_t is RoundNone and real_t is double and FC_ROWRED_IN_C:
         total = fc_exp_scaled_sum16_f64(s, n, 1, m)

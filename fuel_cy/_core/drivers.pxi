@@ -1,7 +1,8 @@
 # GIL-side drivers: take the data of validated contiguous work arrays (float for f32/bf16/f16,
 # double for f64) as pointers, take packed operands and per-thread scratch from one buffer (a
 # numpy array, so a failed allocation is a MemoryError, not a crash), then release the GIL for the
-# cores.  Hand-written; included by the generated extension.  Inputs are only read (const
+# cores.  Hand-written; included by the generated extension after kernels.pxi; the drive_*
+# functions that the generated entries call are in drivers_api.pxi.  Inputs are only read (const
 # pointers, so read-only arrays are accepted; the casts to the cores' plain pointers drop a const
 # the cores honour); outputs are fully written.  Every size the cores touch follows from `dims`,
 # which the generated entries read from the arrays the validators checked.
@@ -10,7 +11,11 @@ import threading as _threading
 
 import numpy as _np
 cimport numpy as cnp
+from cpython.pythread cimport PyThread_get_thread_ident
+from cython.parallel cimport prange
 from libc.string cimport memset
+
+from fuel_cy import _validation as _v
 
 cnp.import_array()
 cdef int _BF16_NUM = _np.dtype(_v.NUMPY_DTYPES["BF16"]).num
@@ -162,8 +167,6 @@ def _from_work(object arr, str code, int nthreads=1):
     return res
 
 
-from cpython.pythread cimport PyThread_get_thread_ident
-import threading as _threading
 # Python runs signal handlers only in its main thread, so only calls made there poll for them
 cdef unsigned long _MAIN_THREAD = _threading.main_thread().ident
 
@@ -261,25 +264,6 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     fc_interrupt_raise(&it)
 
 
-cdef object drive_attention_flash(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
-                                  real_t* out, tuple dims, dict params, int nthreads):
-    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False)
-
-
-cdef object drive_attention_flash_half(RoundNone tag, const float* q, const float* k, const float* v,
-                                       const float* slopes, float* out, tuple dims,
-                                       dict params, int nthreads, int is_f16):
-    """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
-    level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16);
-    otherwise, and for f16, the float32 loops."""
-    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False, bool(FC_HAVE_DPBF16) and not is_f16)
-
-
-cdef object drive_attention_naive(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
-                                  real_t* out, tuple dims, dict params, int nthreads):
-    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, True)
-
-
 cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* vc,
                    const unsigned short* kc16, const unsigned short* vc16, int is_f16,
                    const unsigned int* table, const unsigned int* ctx_lens, const real_t* slopes,
@@ -310,24 +294,6 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
         paged_forward_core(tag, <real_t*>q, <real_t*>kc, <real_t*>vc, kc16, vc16, is_f16, <unsigned int*>table,
                            <unsigned int*>ctx_lens, <real_t*>slopes, out, &sh, scale, cap, scratch, per_thread, nt)
     fc_interrupt_raise(&it)
-
-
-cdef object drive_attention_paged_naive(rnd_t tag, const real_t* q, const real_t* kc, const real_t* vc,
-                                        const unsigned int* table, const unsigned int* ctx_lens,
-                                        const real_t* slopes, real_t* out,
-                                        tuple dims, dict params, int nthreads):
-    _paged(tag, q, kc, vc, NULL, NULL, 0, table, ctx_lens, slopes, out, dims, params, nthreads)
-
-
-cdef object drive_attention_paged_half(RoundNone tag, const float* q, const unsigned short* kc,
-                                       const unsigned short* vc, const unsigned int* table,
-                                       const unsigned int* ctx_lens, const float* slopes,
-                                       float* out, tuple dims, dict params, int nthreads, int is_f16):
-    """Paged decode over a bf16/f16 pool under float32 compute, read in place: no widened copy of
-    the pool (the cores widen each group of keys as they go, exactly), so a decode step reads the
-    cache at two bytes an element.  Same bits as drive_attention_paged_naive on the widened pool."""
-    _paged(tag, q, <const float*>NULL, <const float*>NULL, kc, vc, is_f16, table, ctx_lens, slopes, out, dims,
-           params, nthreads)
 
 
 def _bits(object x):
@@ -384,109 +350,3 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
             kv0 += nkv
     fc_interrupt_raise(&it)
 
-
-cdef object drive_attention_flash_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
-                                           const real_t* dout, const real_t* slopes,
-                                           real_t* dq, real_t* dk, real_t* dv,
-                                           tuple dims, dict params, int nthreads):
-    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, False)
-
-
-cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
-                                                const float* dout, const float* slopes,
-                                                float* dq, float* dk, float* dv,
-                                                tuple dims, dict params, int nthreads, int is_f16):
-    """The backward on bf16/f16 inputs (widened exactly) under float32 compute: with AVX512-BF16,
-    bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products; the three products with P and dS
-    (float32 values) stay float32 FMAs."""
-    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16)
-
-
-def _core_round(float[::1] x, str code):
-    """Testing hook: the core's round-to-nearest-even of f32 values to BF16 or F16 (as f32)."""
-    out = _np.empty(x.shape[0], dtype=_np.float32)
-    cdef float[::1] o = out
-    cdef Py_ssize_t i
-    if code == "BF16":
-        for i in range(x.shape[0]):
-            o[i] = fc_round_bf16(x[i])
-    elif code == "F16":
-        for i in range(x.shape[0]):
-            o[i] = fc_round_f16(x[i])
-    else:
-        raise ValueError(code)
-    return out
-
-
-def _core_round_vec(float[::1] x, str which):
-    """Testing hook: the vector roundings of the half-type GEMMs ("bf16-int", "bf16-cvt",
-    "bf16-cvt-pair", "f16").  Returns None for the bf16 instruction forms when this build has no
-    AVX512-BF16."""
-    cdef int w = {"bf16-int": 0, "bf16-cvt": 1, "f16": 2, "bf16-cvt-pair": 3}[which]
-    if (w == 1 or w == 3) and not FC_HAVE_BF16_CVT:
-        return None
-    out = _np.empty(x.shape[0], dtype=_np.float32)
-    cdef float[::1] o = out
-    if x.shape[0]:
-        fc_round_vec_array(&x[0], &o[0], x.shape[0], w)
-    return out
-
-
-# whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
-_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)
-
-
-# whether the f32 softmax uses the AVX-512 exp (else fc_expf, which flushes below exp(-86.5))
-_HAVE_AVX512_EXP = bool(FC_HAVE_EXP16)
-
-
-def _core_exp_scaled_sum_f32(float[::1] s, float scale, float m):
-    """Testing hook: flash f32's in-place s = exp(scale * s - m) and its sum (fc_simd.h)."""
-    if s.shape[0] == 0:
-        return 0.0
-    return fc_exp_scaled_sum_f32(&s[0], s.shape[0], scale, m)
-
-
-def _core_exp_f64(double[::1] x):
-    """Testing hook: the vectorizable exp used by the f64 kernels."""
-    out = _np.empty(x.shape[0], dtype=_np.float64)
-    cdef double[::1] o = out
-    cdef Py_ssize_t i
-    for i in range(x.shape[0]):
-        o[i] = fc_exp_f64(x[i])
-    return out
-
-
-def _core_expf(float[::1] x):
-    """Testing hook: the vectorizable expf used by the f32 kernels."""
-    out = _np.empty(x.shape[0], dtype=_np.float32)
-    cdef float[::1] o = out
-    cdef Py_ssize_t i
-    for i in range(x.shape[0]):
-        o[i] = fc_expf(x[i])
-    return out
-
-
-def _core_qk_dpbf16(float[:, ::1] q, float[:, ::1] k):
-    """Testing hook: fc_qk_dpbf16's scores S [rows, keys] for bf16-valued q [rows, D] and k
-    [keys <= 128, D].  None when this level has no AVX512-BF16."""
-    if not FC_HAVE_DPBF16:
-        return None
-    cdef Py_ssize_t nr = q.shape[0], D = q.shape[1], n = k.shape[0], j
-    cdef Py_ssize_t nr4 = (nr + NR - 1) // NR * NR, D2 = (D + 1) // 2
-    if n > BC or k.shape[1] != D or D == 0:
-        raise ValueError("k must be [<= 128, D], D > 0")
-    qpad = _np.zeros((max(nr4, 1), max(D, 1)), dtype=_np.float32)
-    qpad[:nr, :D] = q
-    cdef float[:, ::1] qp = qpad
-    cdef unsigned int[::1] qpairs = _np.zeros(max(nr4, 1) * D2 + 1, dtype=_np.uint32)
-    cdef unsigned int[::1] kpairs = _np.zeros(D2 * BC + 1, dtype=_np.uint32)
-    s = _np.zeros((max(nr4, 1), BC), dtype=_np.float32)
-    cdef float[:, ::1] sv = s
-    cdef float* rows[BC]
-    for j in range(n):
-        rows[j] = &k[j, 0]
-    fc_pair_rows_bf16(&qp[0, 0], nr4, D, &qpairs[0], D2)
-    fc_pack_k_pairs_bf16(rows, n, D, &kpairs[0])
-    fc_qk_dpbf16(&qpairs[0], nr4, D2, &kpairs[0], &sv[0, 0], BC, n)
-    return s[:nr, :n].copy()

@@ -75,7 +75,7 @@ static inline float fc_round_f16(float f) {
 }
 
 /* Horner steps of fc_exp_f64's degree-13 Taylor polynomial after its leading 1/13!, written once
- * for scalars and for vectors (fc_simd.h), so both compute the same operations. */
+ * for scalars and for vectors (fc_exp.h), so both compute the same operations. */
 #define FC_EXP_F64_HORNER(p, r)                                                                  \
     do {                                                                                         \
         p = p * r + 1.0 / 479001600.0; p = p * r + 1.0 / 39916800.0;                              \

@@ -4,6 +4,7 @@
 # for the paged kernel, by the block ids checked before the GIL is released).
 
 from cython.parallel cimport prange, threadid
+from libc.math cimport INFINITY
 
 cdef enum:
     BR_FLASH = 64     # query rows per flash tile
@@ -171,7 +172,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 zero(srow, nc)
                 continue
             alpha = EXP(tag, R(tag, m[r] - mn))
-            if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_simd.h)
+            if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_exp.h)
                 li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
             elif plain or (rnd_t is RoundNone and FC_ROWRED_IN_C):  # scale 1 is exact
                 li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
@@ -566,7 +567,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 for d in range(D):
                     dq[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = R(tag, scale * dQa[r * D + d])
             # dV += P^T dO and dK += dS^T Q (scaled once at the end), owned by this (b, kv head)
-            if rnd_t is RoundNone:  # read P and dS transposed in place (fc_simd.h)
+            if rnd_t is RoundNone:  # read P and dS transposed in place (fc_gemm.h)
                 for r in range(nr):  # keys n..n4 are padding rows of dK/dV: give them zeros
                     for j in range(n, n4):
                         S[r * Skp + j] = 0

@@ -7,7 +7,7 @@
 # which is what a generic kernel over half::bf16 / half::f16 computes ("math in T").
 # (Cython merges typedefs of one base type, hence a separate tag rather than four real types.)
 
-from libc.math cimport exp, tanh, tanhf, INFINITY, NAN
+from libc.math cimport tanh, tanhf
 
 cdef extern from "fc_math.h" nogil:
     float fc_round_bf16(float x)
@@ -32,7 +32,9 @@ ctypedef fused rnd_t:
     RoundBF16
     RoundF16
 
+# The C micro-kernels (fc_simd.h includes one header per role; each group below names its own).
 cdef extern from "fc_simd.h" nogil:
+    # fc_gemm.h: tile GEMMs
     void fc_qk_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
                   Py_ssize_t ncols)
     void fc_qk_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S, Py_ssize_t lds,
@@ -49,6 +51,14 @@ cdef extern from "fc_simd.h" nogil:
                          float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_heads_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                          double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
+    void fc_pv_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
+                   Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, double** vrows,
+                   Py_ssize_t D, double* O, Py_ssize_t ldo)
+    void fc_pv_contig_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
+                          Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_contig_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const double* V,
+                          Py_ssize_t ldv, double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
     void fc_gemm_acc_f32(const float* A, Py_ssize_t ai, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
                          const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc)
     void fc_gemm_acc_f64(const double* A, Py_ssize_t ai, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
@@ -61,42 +71,37 @@ cdef extern from "fc_simd.h" nogil:
                    Py_ssize_t ncols)
     void fc_pv_bf16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
                     Py_ssize_t D, float* O, Py_ssize_t ldo)
-    void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)
+    void fc_qk_f16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
+                  Py_ssize_t ncols)
+    void fc_pv_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
+                   Py_ssize_t D, float* O, Py_ssize_t ldo)
     bint FC_HAVE_DPBF16
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
-    void fc_pair_rows_bf16(const float* x, Py_ssize_t rows, Py_ssize_t D, unsigned int* out, Py_ssize_t ldo)
-    void fc_pack_k_pairs_bf16(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+
+    # fc_half.h: bf16/f16 storage <-> float32
+    void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)
     void fc_narrow_half(const float* x, unsigned short* out, Py_ssize_t n, int is_f16)
     void fc_rowdots_heads_h16(const float* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D,
                               const unsigned short** krows, Py_ssize_t ncols, float* S, Py_ssize_t lds,
                               int is_f16)
     void fc_pv_heads_h16(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                          const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo, int is_f16)
+
+    # fc_pack.h: tile packing
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)
-    float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
-    float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
-    void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
+    void fc_pair_rows_bf16(const float* x, Py_ssize_t rows, Py_ssize_t D, unsigned int* out, Py_ssize_t ldo)
+    void fc_pack_k_pairs_bf16(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+
+    # fc_exp.h: softmax row passes
     bint FC_ROWRED_IN_C
-    double fc_exp_scaled_sum16_f64(double* s, Py_ssize_t n, double scale, double m)
     float fc_row_max_f32(const float* s, Py_ssize_t n)
     double fc_row_max_f64(const double* s, Py_ssize_t n)
     float fc_dot16_f32(const float* a, const float* b, Py_ssize_t n)
     double fc_dot16_f64(const double* a, const double* b, Py_ssize_t n)
-    bint FC_HAVE_BF16_CVT
-    bint FC_HAVE_EXP16
-    void fc_qk_f16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
-                  Py_ssize_t ncols)
-    void fc_pv_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
-                   Py_ssize_t D, float* O, Py_ssize_t ldo)
-    void fc_pv_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
-                   Py_ssize_t D, float* O, Py_ssize_t ldo)
-    void fc_pv_contig_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
-                          Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
-    void fc_pv_contig_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const double* V,
-                          Py_ssize_t ldv, double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
-    void fc_pv_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, double** vrows,
-                   Py_ssize_t D, double* O, Py_ssize_t ldo)
+    float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
+    float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
+    double fc_exp_scaled_sum16_f64(double* s, Py_ssize_t n, double scale, double m)
 
 ctypedef fused real_t:
     float

@@ -1,0 +1,93 @@
+# The binding between the generated entries and the hand-written core: every `drive_*` function
+# that `_core_entries.pxi` calls is defined here, and only these.  Hand-written; included by every
+# `_core_<level>.pyx` after drivers.pxi (the shared machinery: _forward, _paged, _backward) and
+# before the generated entries.  Which kernel calls which driver with which dims is
+# fuel_cy/codegen/cores.py BINDINGS; the entries are templates/cython/_core_entries.pxi.j2.
+#
+# Why a .pxi of definitions and not a .pxd of declarations: Cython 3 rejects a cdef function
+# declared without a body in a .pyx or an included .pxi ("Non-extern C function declared but not
+# defined"); only a .pxd may declare one, and Cython reads a .pxd only for the module of the same
+# name (here `_core_<level>.pxd`, one per level, next to the generated module), where it also
+# exports every declared function through the module's __pyx_capi__.  So each driver is declared
+# by its definition: one call into drivers.pxi, so that this file reads as the signature list,
+# and the compiler checks every call the entries make against it.
+#
+# The calling convention, every driver:
+#   tag      the element policy, a compile-time tag (policy.pxi rnd_t: RoundNone for f32/f64 and
+#            the float32-compute kernels, RoundBF16 / RoundF16 for bf16 / f16 "math in T")
+#   inputs   the data of the validated work arrays (drivers.pxi _data), in contract order, const;
+#            an absent optional input (alibi_slopes) is NULL
+#   outputs  the data of fresh arrays of the work type, each written in full
+#   dims     the sizes cores.py names for the driver, in that order: (B, Hq, Hkv, Sq, Sk, D) for
+#            the forward and backward drivers, (B, Hq, Hkv, Sq, D, block_size, max_blocks_per_seq,
+#            num_blocks) for the paged ones
+#   params   the validated keyword parameters (softmax_scale, softcap, causal, window_size_*, k_len)
+#   nthreads the OpenMP team size (small calls run on one thread: drivers.pxi _threads_for)
+#   is_f16   (the *_half drivers only) 1 for f16 inputs, 0 for bf16; they run under float32
+#            compute (RoundNone, float) on inputs widened exactly, or read in their 16-bit storage
+#
+# The entries also use these names of drivers.pxi: _data, _dim, _empty_as, _work, _temp, _from_work,
+# _BF16_NUM, cnp (numpy's C API), and the half_prepare step _paged_live_blocks.
+
+
+# ---- forward: naive (scores materialized per row block) and flash (online softmax) ------------
+
+
+cdef object drive_attention_naive(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
+                                  real_t* out, tuple dims, dict params, int nthreads):
+    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, True)
+
+
+cdef object drive_attention_flash(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
+                                  real_t* out, tuple dims, dict params, int nthreads):
+    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False)
+
+
+cdef object drive_attention_flash_half(RoundNone tag, const float* q, const float* k, const float* v,
+                                       const float* slopes, float* out, tuple dims,
+                                       dict params, int nthreads, int is_f16):
+    """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
+    level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16);
+    otherwise, and for f16, the float32 loops."""
+    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False, bool(FC_HAVE_DPBF16) and not is_f16)
+
+
+# ---- paged decode over a block table ------------------------------------------------------------
+
+
+cdef object drive_attention_paged_naive(rnd_t tag, const real_t* q, const real_t* kc, const real_t* vc,
+                                        const unsigned int* table, const unsigned int* ctx_lens,
+                                        const real_t* slopes, real_t* out,
+                                        tuple dims, dict params, int nthreads):
+    _paged(tag, q, kc, vc, NULL, NULL, 0, table, ctx_lens, slopes, out, dims, params, nthreads)
+
+
+cdef object drive_attention_paged_half(RoundNone tag, const float* q, const unsigned short* kc,
+                                       const unsigned short* vc, const unsigned int* table,
+                                       const unsigned int* ctx_lens, const float* slopes,
+                                       float* out, tuple dims, dict params, int nthreads, int is_f16):
+    """Paged decode over a bf16/f16 pool under float32 compute, read in place: no widened copy of
+    the pool (the cores widen each group of keys as they go, exactly), so a decode step reads the
+    cache at two bytes an element.  Same bits as drive_attention_paged_naive on the widened pool."""
+    _paged(tag, q, <const float*>NULL, <const float*>NULL, kc, vc, is_f16, table, ctx_lens, slopes, out, dims,
+           params, nthreads)
+
+
+# ---- backward of flash attention: dq, dk, dv ----------------------------------------------------
+
+
+cdef object drive_attention_flash_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
+                                           const real_t* dout, const real_t* slopes,
+                                           real_t* dq, real_t* dk, real_t* dv,
+                                           tuple dims, dict params, int nthreads):
+    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, False)
+
+
+cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
+                                                const float* dout, const float* slopes,
+                                                float* dq, float* dk, float* dv,
+                                                tuple dims, dict params, int nthreads, int is_f16):
+    """The backward on bf16/f16 inputs (widened exactly) under float32 compute: with AVX512-BF16,
+    bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products; the three products with P and dS
+    (float32 values) stay float32 FMAs."""
+    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16)

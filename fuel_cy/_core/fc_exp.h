@@ -1,0 +1,274 @@
+/* The softmax's row passes on this level's vectors: row max and 16-lane dot products
+ * (fc_row_max_*, fc_dot16_*, where the Cython loops stay scalar), and exp(scale * s - m) over a row
+ * with its sum (fc_exp_scaled_sum_f32, fc_exp_shift_sum16_f32, fc_exp_scaled_sum16_f64), built on
+ * vectorized exps (fc_exp16 with AVX-512, fc_expf_v, fc_exp_f64_v) that match the scalar ones of
+ * fc_math.h.  Hand-written; included (through fc_simd.h) by every CPU level's core module. */
+#ifndef FUEL_CY_FC_EXP_H
+#define FUEL_CY_FC_EXP_H
+#include "fc_math.h"
+#include "fc_isa.h"
+
+/* ---- Row reductions over 16 lane partials (lane j % 16, in order of j), on this level's vectors.
+ * They compute what blocks.pxi's 16-lane loops define; gcc vectorizes those loops into one zmm
+ * register at AVX-512 (where they stay in use) but left them scalar at AVX2 and SSE, where a
+ * 128-key row max cost 16 scalar maxes per 16 keys.  Max is exact and the sums keep the lanes'
+ * order, so the bits are those of the Cython loops at the same level. */
+#define FC_ROWRED_IN_C (FC_VBYTES < 64)
+#if FC_ROWRED_IN_C
+#if defined(__AVX__)
+static inline fc_vec_f64 fc_max_v64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm256_max_pd((__m256d)a, (__m256d)b); }
+#elif defined(__SSE2__)
+static inline fc_vec_f64 fc_max_v64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm_max_pd((__m128d)a, (__m128d)b); }
+#endif
+#if defined(__AVX__)
+static inline fc_vec_f32 fc_max_v32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_max_ps((__m256)a, (__m256)b); }
+#elif defined(__SSE2__)
+static inline fc_vec_f32 fc_max_v32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_max_ps((__m128)a, (__m128)b); }
+#else  /* other architectures: a > b ? a : b by masks */
+#define FC_MAX_BY_MASK(T, SUF, I)                                                                \
+static inline fc_vec_##SUF fc_max_v##SUF(fc_vec_##SUF a, fc_vec_##SUF b) {                       \
+    typedef I iv __attribute__((vector_size(FC_VBYTES)));                                       \
+    iv m = (iv)(a > b), ai, bi;                                                                  \
+    memcpy(&ai, &a, FC_VBYTES);                                                                  \
+    memcpy(&bi, &b, FC_VBYTES);                                                                  \
+    ai = (ai & m) | (bi & ~m);                                                                   \
+    memcpy(&a, &ai, FC_VBYTES);                                                                  \
+    return a;                                                                                    \
+}
+FC_MAX_BY_MASK(float, f32, int32_t)
+FC_MAX_BY_MASK(double, f64, int64_t)
+#define fc_max_v32 fc_max_vf32
+#define fc_max_v64 fc_max_vf64
+#endif
+#endif
+/* x86 max(a, b) is a > b ? a : b: with a new value first, a NaN leaves the lane as it was */
+#define FC_DEFINE_ROWRED(T, SUF, W, MAXV)                                                        \
+static inline T fc_row_max_##SUF(const T* s, ptrdiff_t n) {                                      \
+    enum { NV = 16 / W };                                                                        \
+    fc_vec_##SUF lane[NV];                                                                       \
+    for (int v = 0; v < NV; v++) lane[v] = (fc_vec_##SUF){0} - (T)INFINITY;                      \
+    ptrdiff_t j = 0;                                                                             \
+    for (; j + 16 <= n; j += 16)                                                                 \
+        for (int v = 0; v < NV; v++) lane[v] = MAXV(fc_load_##SUF(s + j + v * W), lane[v]);    \
+    T l[16];                                                                                     \
+    memcpy(l, lane, sizeof l);                                                                   \
+    for (ptrdiff_t k = 0; j + k < n; k++) l[k] = s[j + k] > l[k] ? s[j + k] : l[k];             \
+    T m = l[0];                                                                                  \
+    for (int k = 1; k < 16; k++) m = l[k] > m ? l[k] : m;                                        \
+    if (m == -(T)INFINITY)                                                                       \
+        for (ptrdiff_t k = 0; k < n; k++)                                                        \
+            if (s[k] != s[k]) return s[k];                                                       \
+    return m;                                                                                    \
+}                                                                                                \
+static inline T fc_dot16_##SUF(const T* a, const T* b, ptrdiff_t n) {                            \
+    enum { NV = 16 / W };                                                                        \
+    fc_vec_##SUF lane[NV];                                                                       \
+    for (int v = 0; v < NV; v++) lane[v] = (fc_vec_##SUF){0};                                    \
+    ptrdiff_t j = 0;                                                                             \
+    for (; j + 16 <= n; j += 16)                                                                 \
+        for (int v = 0; v < NV; v++) lane[v] += fc_load_##SUF(a + j + v * W) * fc_load_##SUF(b + j + v * W); \
+    T l[16];                                                                                     \
+    memcpy(l, lane, sizeof l);                                                                   \
+    for (ptrdiff_t k = 0; j + k < n; k++) l[k] += a[j + k] * b[j + k];                           \
+    T total = l[0];                                                                              \
+    for (int k = 1; k < 16; k++) total += l[k];                                                  \
+    return total;                                                                                \
+}
+#if FC_ROWRED_IN_C
+FC_DEFINE_ROWRED(float, f32, FC_W32, fc_max_v32)
+FC_DEFINE_ROWRED(double, f64, FC_W64, fc_max_v64)
+#else  /* not called: the Cython loops serve this level */
+static inline float fc_row_max_f32(const float* s, ptrdiff_t n) { (void)s; (void)n; return 0; }
+static inline double fc_row_max_f64(const double* s, ptrdiff_t n) { (void)s; (void)n; return 0; }
+static inline float fc_dot16_f32(const float* a, const float* b, ptrdiff_t n) { (void)a; (void)b; (void)n; return 0; }
+static inline double fc_dot16_f64(const double* a, const double* b, ptrdiff_t n) { (void)a; (void)b; (void)n; return 0; }
+#endif
+
+/* ---- f32 softmax: exp(scale * s - m) over a row, with 16 lane partials of its sum. -------------
+ * The element-wise part of flash is ~30% of its time at D = 64.  The partials are always 16 lanes
+ * (lane j % 16, each summed in order of j), as many vectors as this level needs, so the order of
+ * the sums is the same at every level.
+ * With AVX-512 the exp uses its own range-reduction and scaling instructions (vrndscaleps,
+ * vscalefps: 2^n with overflow to inf and gradual underflow handled in hardware), so it needs no
+ * clamps, integer shifts or selects beyond one min/max: 13 vector ops against ~25.  Same Cephes
+ * polynomial as fc_expf; <= 2 ulp (tested).  Other levels use fc_expf_v (below). */
+#if defined(__AVX512F__)
+#define FC_HAVE_EXP16 1
+static inline __m512 fc_exp16(__m512 x) {
+    /* min/max return their second operand when either is NaN: NaN passes through */
+    x = _mm512_max_ps(_mm512_set1_ps(-160.0f), x);   /* -inf and below: exp = 0 exactly */
+    x = _mm512_min_ps(_mm512_set1_ps(100.0f), x);    /* +inf and above: scalef gives inf */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+/* In place s[j] = exp(scale * s[j] - m) (one rounding: fused multiply-subtract); lanes[l] gets
+ * the partial sum of lane l. */
+static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
+    const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = fc_exp16(_mm512_fmsub_ps(vs, _mm512_loadu_ps(s + j), vm));
+        _mm512_storeu_ps(s + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+        __m512 e = fc_exp16(_mm512_fmsub_ps(vs, _mm512_maskz_loadu_ps(k, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
+    }
+    _mm512_storeu_ps(lanes, acc);
+}
+#else
+#define FC_HAVE_EXP16 0
+/* min/max of this level: like vminps/vmaxps, the second operand when either is NaN */
+#if defined(__AVX__)
+static inline fc_vec_f32 fc_min_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_min_ps((__m256)a, (__m256)b); }
+static inline fc_vec_f32 fc_max_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_max_ps((__m256)a, (__m256)b); }
+#elif defined(__SSE4_1__)
+static inline fc_vec_f32 fc_min_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_min_ps((__m128)a, (__m128)b); }
+static inline fc_vec_f32 fc_max_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_max_ps((__m128)a, (__m128)b); }
+#else
+static inline fc_vec_f32 fc_min_v(fc_vec_f32 a, fc_vec_f32 b) { return fc_select_f32(a < b, a, b); }
+static inline fc_vec_f32 fc_max_v(fc_vec_f32 a, fc_vec_f32 b) { return fc_select_f32(a > b, a, b); }
+#endif
+/* exp on whole vectors for the levels without AVX-512, lean because it is most of the softmax's
+ * time there: the input is clamped to [-87.5, 89] (NaN passes: vmaxps/vminps return their second
+ * operand), n = round(x log2 e) comes from one magic-number addition whose bits also give 2^(n-1),
+ * the remainder r = x - n ln2 uses the same two-part ln2 as fc_expf, and e^r is fc_expf's Cephes
+ * polynomial evaluated by Horner's rule (7 fused steps).  So no blends: x above ln(FLT_MAX)
+ * overflows to inf by itself, and below -86.98 (n = -126) the scale is 0, so results under
+ * ~2e-38 flush to 0.  18 vector operations against fc_expf's 27, within 2 ulp (tested). */
+static inline fc_vec_f32 fc_expf_v(fc_vec_f32 x) {
+    const fc_vec_f32 zero = {0};
+    x = fc_max_v(zero - 87.5f, x);
+    x = fc_min_v(zero + 89.0f, x);
+    fc_vec_f32 t = x * 1.44269504088896341f + 12582912.0f;   /* 1.5 * 2^23 + n: n in the low bits */
+    fc_vec_f32 fn = t - 12582912.0f;
+    fc_vec_f32 r = x - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    fc_vec_f32 p = zero + FC_EXPF_CEPHES_P0;
+    FC_EXPF_CEPHES_P(p, r);
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    /* 2^(n-1) from t's bits (n >= -126 by the clamp; n = -126 gives +0), times 2 after the product,
+     * so that n = 128 stays representable */
+    fc_u32v scale = (fc_bits_f32(t) + (126u - 0x4B400000u)) << 23;
+    fc_vec_f32 y = p * fc_from_bits_f32(scale);
+    return y + y;
+}
+static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
+    enum { NV = 16 / FC_W32 };   /* vectors per 16 lanes */
+    fc_vec_f32 acc[NV];
+    for (int v = 0; v < NV; v++) acc[v] = (fc_vec_f32){0};
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        for (int v = 0; v < NV; v++) {
+            fc_vec_f32 e = fc_expf_v(scale * fc_load_f32(s + j + v * FC_W32) - m);
+            fc_store_f32(s + j + v * FC_W32, e);
+            acc[v] += e;
+        }
+    }
+    memcpy(lanes, acc, 64);
+    for (int l = 0; j + l < n; l++) {
+        float e = fc_expf(scale * s[j + l] - m);
+        s[j + l] = e;
+        lanes[l] += e;
+    }
+}
+#endif
+/* ---- f64 softmax exp for the levels without AVX-512 (gcc vectorizes blocks.pxi's 16-lane f64
+ * loops only into zmm registers).  fc_exp_f64's operations on whole vectors, so the same bits:
+ * the clamps as vminpd/vmaxpd (NaN passes and is restored at the end), n from the magic-number
+ * sum's bits instead of a double-to-int64 conversion that AVX2 lacks, the special cases as blends. */
+#if FC_ROWRED_IN_C
+typedef int64_t fc_i64v __attribute__((vector_size(FC_VBYTES)));
+typedef uint64_t fc_u64v __attribute__((vector_size(FC_VBYTES)));
+static inline fc_u64v fc_bits_f64(fc_vec_f64 x) { fc_u64v u; memcpy(&u, &x, FC_VBYTES); return u; }
+static inline fc_vec_f64 fc_from_bits_f64(fc_u64v u) { fc_vec_f64 x; memcpy(&x, &u, FC_VBYTES); return x; }
+static inline fc_vec_f64 fc_select_f64(fc_i64v mask, fc_vec_f64 a, fc_vec_f64 b) {
+#if FC_VBYTES == 32 && defined(__AVX__)
+    return (fc_vec_f64)_mm256_blendv_pd((__m256d)b, (__m256d)a, (__m256d)mask);
+#elif FC_VBYTES == 16 && defined(__SSE4_1__)
+    return (fc_vec_f64)_mm_blendv_pd((__m128d)b, (__m128d)a, (__m128d)mask);
+#else
+    fc_u64v m = (fc_u64v)mask;
+    return fc_from_bits_f64((fc_bits_f64(a) & m) | (fc_bits_f64(b) & ~m));
+#endif
+}
+static inline fc_vec_f64 fc_exp_f64_v(fc_vec_f64 x) {
+    const fc_vec_f64 zero = {0};
+    fc_vec_f64 xc = fc_select_f64(x > 709.7, zero + 709.7, x);
+    xc = fc_select_f64(xc < -708.0, zero - 708.0, xc);
+    xc = fc_select_f64(x == x, xc, zero);
+    fc_vec_f64 t = xc * 1.4426950408889634 + 6755399441055744.0;   /* 1.5 * 2^52 + n */
+    fc_vec_f64 fn = t - 6755399441055744.0;
+    fc_vec_f64 r = xc - fn * 6.93147180369123816490e-01;
+    r = r - fn * 1.90821492927058770002e-10;
+    fc_vec_f64 p = zero + 1.0 / 6227020800.0;
+    FC_EXP_F64_HORNER(p, r);
+    fc_u64v bits = (fc_bits_f64(t) - 0x4338000000000000ull + 1022u) << 52;   /* 2^(n-1) */
+    fc_vec_f64 y = (p * fc_from_bits_f64(bits)) * 2.0;
+    y = fc_select_f64(x < -708.0, zero, y);
+    y = fc_select_f64(x > 709.782712893384, zero + (double)INFINITY, y);
+    return fc_select_f64(x == x, y, x);
+}
+/* In place s[j] = exp(scale * s[j] - m); their sum over 16 lane partials added in lane order
+ * (blocks.pxi's exp_scaled_sum and sum16). */
+static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scale, double m) {
+    enum { NV = 16 / FC_W64 };
+    fc_vec_f64 acc[NV];
+    for (int v = 0; v < NV; v++) acc[v] = (fc_vec_f64){0};
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int v = 0; v < NV; v++) {
+            fc_vec_f64 e = fc_exp_f64_v(scale * fc_load_f64(s + j + v * FC_W64) - m);
+            fc_store_f64(s + j + v * FC_W64, e);
+            acc[v] += e;
+        }
+    double l[16];
+    memcpy(l, acc, sizeof l);
+    for (int k = 0; j + k < n; k++) {
+        double e = fc_exp_f64(scale * s[j + k] - m);
+        s[j + k] = e;
+        l[k] += e;
+    }
+    double total = l[0];
+    for (int k = 1; k < 16; k++) total += l[k];
+    return total;
+}
+#else  /* not called: the Cython loops serve this level */
+static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scale, double m) {
+    (void)s; (void)n; (void)scale; (void)m; return 0;
+}
+#endif
+
+/* flash: the 16 partials added pairwise */
+static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
+    float l[16];
+    fc_exp_lanes_f32(s, n, scale, m, l);
+    for (int h = 8; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++) l[i] = l[i] + l[i + h];
+    return l[0];
+}
+/* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order (sum16) */
+static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
+    float l[16];
+    fc_exp_lanes_f32(s, n, 1.0f, m, l);
+    float total = l[0];
+    for (int i = 1; i < 16; i++) total += l[i];
+    return total;
+}
+
+#endif

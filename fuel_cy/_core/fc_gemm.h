@@ -1,0 +1,486 @@
+/* Register-blocked GEMM micro-kernels of the attention tiles: S = Q K^T (fc_qk_*), O += P V
+ * (fc_pv_*), the decode-time row dots (fc_rowdots_*, the *_heads forms over several kv heads), the
+ * backward's C += A^T B (fc_gemm_acc_*, fc_gemm_tn_*), their "math in T" forms for bf16 and f16
+ * (every product and sum rounded: fc_qk_bf16, fc_pv_bf16, fc_qk_f16, fc_pv_f16) and the bf16 dot
+ * products of the float32-compute kernels (fc_qk_dpbf16, vdpbf16ps).
+ *
+ * The un-rounded kernels (f32, f64) are written with GCC/Clang vector extensions so the compiler
+ * cannot reshape them (left alone, gcc vectorized the wrong loop of pv_accum and gathered).  They
+ * compute exactly what blocks.pxi's generic loops define: every output element is a sequential sum
+ * over the contraction index, so results do not depend on blocking or threads.  Hand-written;
+ * included (through fc_simd.h) by every CPU level's core module. */
+#ifndef FUEL_CY_FC_GEMM_H
+#define FUEL_CY_FC_GEMM_H
+#include "fc_math.h"
+#include "fc_isa.h"
+#include "fc_half.h"
+
+/* One register block of S = Q Kt: NRB rows x 2W columns at (i, j0), sequential over d. */
+#define FC_QK_BLOCK(T, SUF, W, NRB)                                                              \
+    {                                                                                            \
+        const T* q[NRB];                                                                         \
+        for (int r = 0; r < NRB; r++) q[r] = Q + (i + r) * D;                                    \
+        fc_vec_##SUF a[NRB][2] = {{{0}}};                                                         \
+        const T* kp = Kt + j0;                                                                   \
+        for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
+            fc_vec_##SUF k0 = fc_load_##SUF(kp), k1 = fc_load_##SUF(kp + W);                     \
+            for (int r = 0; r < NRB; r++) { a[r][0] += q[r][d] * k0; a[r][1] += q[r][d] * k1; } \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_##SUF(S + (i + r) * lds + j0, a[r][0]);                                     \
+            fc_store_##SUF(S + (i + r) * lds + j0 + W, a[r][1]);                                 \
+        }                                                                                        \
+    }
+
+/* One register block of O += P V: NRB rows x 2W columns at (i, d0), sequential over j.  VROW(j)
+ * is the address of V's row j, PF(j) what to prefetch at step j (the row forms below). */
+#define FC_PV_BLOCK(T, SUF, W, NRB, VROW, PF)                                                    \
+    {                                                                                            \
+        const T* p[NRB];                                                                         \
+        fc_vec_##SUF a[NRB][2];                                                                  \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            p[r] = P + (i + r) * ldp;                                                            \
+            a[r][0] = fc_load_##SUF(O + (i + r) * ldo + d0);                                     \
+            a[r][1] = fc_load_##SUF(O + (i + r) * ldo + d0 + W);                                 \
+        }                                                                                        \
+        for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
+            const T* v = VROW(j) + d0;                                                           \
+            PF(j)                                                                                \
+            fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                       \
+            for (int r = 0; r < NRB; r++) { a[r][0] += p[r][j] * v0; a[r][1] += p[r][j] * v1; } \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_##SUF(O + (i + r) * ldo + d0, a[r][0]);                                     \
+            fc_store_##SUF(O + (i + r) * ldo + d0 + W, a[r][1]);                                 \
+        }                                                                                        \
+    }
+
+/* V's rows for O += P V: gathered (a pointer per row: the paged cache, whose rows sit in other
+ * pages, so they are prefetched FC_PREFETCH rows ahead) or a fixed stride apart (contiguous K/V:
+ * no pointer load per key, and the hardware prefetcher follows the stride). */
+#define FC_VROW_PTR(j) vrows[j]
+#define FC_VROW_STRIDED(j) (V + (j) * ldv)
+#define FC_PF_PTR(j)                                                                             \
+    if (d0 == 0 && i == 0 && (j) + FC_PREFETCH < ncols)                                          \
+        fc_prefetch_row(vrows[(j) + FC_PREFETCH], D * sizeof(*O));
+#define FC_PF_NONE(j)
+
+/* O[i, :] += sum_j P[i, j] * V[j, :], sequential over j, rows in groups of 4.  Column blocks are
+ * the outer loop so each V slice [ncols][2W] stays in L1 across row groups.  The trailing
+ * arguments say how V's rows are found (FC_VROW_PTR: T* const* vrows; FC_VROW_STRIDED: const T*
+ * V, ptrdiff_t ldv); the sums and their order are the same either way. */
+#define FC_DEFINE_PV(T, SUF, W, NAME, VROW, PF, ...)                                             \
+static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,          \
+                        __VA_ARGS__, ptrdiff_t D, T* O, ptrdiff_t ldo) {                         \
+    ptrdiff_t d0 = 0;                                                                            \
+    for (; d0 + 2 * W <= D; d0 += 2 * W) {                                                       \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_PV_BLOCK(T, SUF, W, FC_NRB, VROW, PF)        \
+        for (; i + 4 <= nrows4; i += 4) FC_PV_BLOCK(T, SUF, W, 4, VROW, PF)                       \
+        for (; i < nrows4; i += 2) FC_PV_BLOCK(T, SUF, W, 2, VROW, PF)                            \
+    }                                                                                            \
+    for (; d0 + W <= D; d0 += W) {                                                               \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
+            T *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;            \
+            fc_vec_##SUF a0 = fc_load_##SUF(o0), a1 = fc_load_##SUF(o1);                         \
+            fc_vec_##SUF a2 = fc_load_##SUF(o2), a3 = fc_load_##SUF(o3);                         \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                fc_vec_##SUF v0 = fc_load_##SUF(VROW(j) + d0);                                   \
+                a0 += p0[j] * v0; a1 += p1[j] * v0; a2 += p2[j] * v0; a3 += p3[j] * v0;          \
+            }                                                                                    \
+            fc_store_##SUF(o0, a0); fc_store_##SUF(o1, a1);                                      \
+            fc_store_##SUF(o2, a2); fc_store_##SUF(o3, a3);                                      \
+        }                                                                                        \
+    }                                                                                            \
+    for (; d0 < D; d0++) {                                                                       \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
+            T *o0 = O + i * ldo + d0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;            \
+            T a0 = *o0, a1 = *o1, a2 = *o2, a3 = *o3;                                            \
+            for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
+                T v = VROW(j)[d0];                                                               \
+                a0 += p0[j] * v; a1 += p1[j] * v; a2 += p2[j] * v; a3 += p3[j] * v;              \
+            }                                                                                    \
+            *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;                                              \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+#define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
+/* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0.  Each  \
+ * Kt slice [D][2W] stays in L1 across the row blocks. */                                        \
+static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
+                               T* S, ptrdiff_t lds, ptrdiff_t ncols) {                           \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * W) {                                            \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_QK_BLOCK(T, SUF, W, FC_NRB)                  \
+        for (; i + 4 <= nrows4; i += 4) FC_QK_BLOCK(T, SUF, W, 4)                                 \
+        for (; i < nrows4; i += 2) FC_QK_BLOCK(T, SUF, W, 2)                                      \
+    }                                                                                            \
+}                                                                                                \
+                                                                                                 \
+FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, T* const* vrows)                 \
+FC_DEFINE_PV(T, SUF, W, fc_pv_strided_##SUF, FC_VROW_STRIDED, FC_PF_NONE, const T* V, ptrdiff_t ldv) \
+                                                                                                 \
+/* O += P V for V rows ldv apart (flash, naive, the backward's dQ).  The strided form measured    \
+ * 91 -> 112 GFLOP/s (avx2) and 31 -> 37 (default) per PV tile on Zen 4; AVX-512 keeps the      \
+ * pointer form, tuned on Zen 4 and measured on Sapphire Rapids, until both are measured.  Same   \
+ * sums, same order, so the same bits either way. */                                            \
+static inline void fc_pv_contig_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, \
+                                      const T* V, ptrdiff_t ldv, T* const* vrows, ptrdiff_t D,  \
+                                      T* O, ptrdiff_t ldo) {                                     \
+    if (FC_VBYTES == 64) fc_pv_##SUF(P, ldp, nrows4, ncols, vrows, D, O, ldo);                   \
+    else fc_pv_strided_##SUF(P, ldp, nrows4, ncols, V, ldv, D, O, ldo);                          \
+}
+
+
+#define FC_DEFINE_ROWDOTS(T, SUF, W)                                                             \
+/* S[i, j] = sum_d Q[i, d] * krows[j][d] for j < ncols, reading each key row once for 4 query   \
+ * rows (decode: few queries per key, so packing K^T would cost more than the dots).  Each dot  \
+ * is W lane partials (lane d % W, in order of d) summed pairwise (fc_hsum). */                  \
+static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T* const* krows, \
+                                    ptrdiff_t ncols, T* S, ptrdiff_t lds) {                     \
+    for (ptrdiff_t j = 0; j < ncols; j++) {                                                      \
+        const T* k = krows[j];                                                                   \
+        if (j + FC_PREFETCH < ncols) fc_prefetch_row(krows[j + FC_PREFETCH], D * sizeof(T));     \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                  \
+            fc_vec_##SUF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
+            ptrdiff_t d = 0;                                                                     \
+            for (; d + W <= D; d += W) {                                                         \
+                fc_vec_##SUF kv = fc_load_##SUF(k + d);                                          \
+                a0 += fc_load_##SUF(q0 + d) * kv; a1 += fc_load_##SUF(q1 + d) * kv;              \
+                a2 += fc_load_##SUF(q2 + d) * kv; a3 += fc_load_##SUF(q3 + d) * kv;              \
+            }                                                                                    \
+            for (ptrdiff_t l = 0; d < D; d++, l++) {                                             \
+                a0[l] += q0[d] * k[d]; a1[l] += q1[d] * k[d];                                    \
+                a2[l] += q2[d] * k[d]; a3[l] += q3[d] * k[d];                                    \
+            }                                                                                    \
+            S[i * lds + j] = fc_hsum_##SUF(a0); S[(i + 1) * lds + j] = fc_hsum_##SUF(a1);        \
+            S[(i + 2) * lds + j] = fc_hsum_##SUF(a2); S[(i + 3) * lds + j] = fc_hsum_##SUF(a3);  \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+FC_DEFINE_KERNELS(float, f32, FC_W32)
+FC_DEFINE_KERNELS(double, f64, FC_W64)
+
+/* C[i, c] += sum_k A[i * ai + k * ak] * B[k * ldb + c] for i < nrows4 (a multiple of 4), c < ncols,
+ * sequential over k.  With ai = 1 it reads A transposed in place: the backward's dV += P^T dO and
+ * dK += dS^T Q take P and dS as stored (query rows) instead of transposing them first (the
+ * transposes were a quarter of the backward task's time).  Same sums as fc_pv over a transposed
+ * copy, so the same bits. */
+/* One register block of C += A^T B: NRB output rows x 2W columns at (i, c0), accumulating over k
+ * in order; XROW(k) points at the NRB values of A for step k, XS apart. */
+#define FC_ACC_BLOCK(T, SUF, W, NRB, XROW, XS)                                                   \
+    {                                                                                            \
+        fc_vec_##SUF a[NRB][2];                                                                  \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            a[r][0] = fc_load_##SUF(C + (i + r) * ldc + c0);                                     \
+            a[r][1] = fc_load_##SUF(C + (i + r) * ldc + c0 + W);                                 \
+        }                                                                                        \
+        for (ptrdiff_t k = 0; k < K; k++) {                                                      \
+            fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                                   \
+            fc_vec_##SUF b1 = fc_load_##SUF(B + k * ldb + c0 + W);                               \
+            const T* x = XROW;                                                                   \
+            for (int r = 0; r < NRB; r++) { a[r][0] += x[r * XS] * b0; a[r][1] += x[r * XS] * b1; } \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_##SUF(C + (i + r) * ldc + c0, a[r][0]);                                     \
+            fc_store_##SUF(C + (i + r) * ldc + c0 + W, a[r][1]);                                 \
+        }                                                                                        \
+    }
+
+#define FC_DEFINE_GEMM_ACC(T, SUF, W)                                                            \
+static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptrdiff_t nrows4,   \
+                                     ptrdiff_t K, const T* B, ptrdiff_t ldb, ptrdiff_t ncols,    \
+                                     T* C, ptrdiff_t ldc) {                                      \
+    ptrdiff_t c0 = 0;                                                                            \
+    for (; c0 + 2 * W <= ncols; c0 += 2 * W) {                                                   \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_ACC_BLOCK(T, SUF, W, FC_NRB, A + k * ak + i * ai, ai) \
+        for (; i + 4 <= nrows4; i += 4) FC_ACC_BLOCK(T, SUF, W, 4, A + k * ak + i * ai, ai)      \
+        for (; i < nrows4; i += 2) FC_ACC_BLOCK(T, SUF, W, 2, A + k * ak + i * ai, ai)           \
+    }                                                                                            \
+    for (; c0 + W <= ncols; c0 += W) {                                                           \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
+            fc_vec_##SUF a[4];                                                                   \
+            for (int r = 0; r < 4; r++) a[r] = fc_load_##SUF(C + (i + r) * ldc + c0);            \
+            for (ptrdiff_t k = 0; k < K; k++) {                                                  \
+                fc_vec_##SUF b0 = fc_load_##SUF(B + k * ldb + c0);                               \
+                for (int r = 0; r < 4; r++) a[r] += A[k * ak + (i + r) * ai] * b0;               \
+            }                                                                                    \
+            for (int r = 0; r < 4; r++) fc_store_##SUF(C + (i + r) * ldc + c0, a[r]);            \
+        }                                                                                        \
+    }                                                                                            \
+    for (; c0 < ncols; c0++) {                                                                   \
+        for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
+            T a = C[i * ldc + c0];                                                               \
+            for (ptrdiff_t k = 0; k < K; k++) a += A[k * ak + i * ai] * B[k * ldb + c0];         \
+            C[i * ldc + c0] = a;                                                                 \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+FC_DEFINE_GEMM_ACC(float, f32, FC_W32)
+FC_DEFINE_GEMM_ACC(double, f64, FC_W64)
+
+/* The same C += A^T B for A read transposed (ai = 1) with K <= 64: each block of FC_NRB output
+ * rows first copies its A^T block ([K][FC_NRB], at most 2 KB) so that every column pass reads it
+ * from L1; read in place, the K rows of A are a power-of-two stride apart and all land in one L1
+ * set.  Same sums in the same order as fc_gemm_acc. */
+#define FC_DEFINE_GEMM_TN(T, SUF, W)                                                             \
+static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, ptrdiff_t K,     \
+                                    const T* B, ptrdiff_t ldb, ptrdiff_t ncols, T* C, ptrdiff_t ldc) { \
+    if (K > 64 || ncols % (2 * W) != 0) {                                                        \
+        fc_gemm_acc_##SUF(A, 1, ak, nrows4, K, B, ldb, ncols, C, ldc);                           \
+        return;                                                                                  \
+    }                                                                                            \
+    T blk[64 * FC_NRB];                                                                          \
+    ptrdiff_t i = 0;                                                                             \
+    for (; i + FC_NRB <= nrows4; i += FC_NRB) {                                                  \
+        for (ptrdiff_t k = 0; k < K; k++) memcpy(blk + k * FC_NRB, A + k * ak + i, FC_NRB * sizeof(T)); \
+        for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W)                                          \
+            FC_ACC_BLOCK(T, SUF, W, FC_NRB, blk + k * FC_NRB, 1)                                 \
+    }                                                                                            \
+    if (i < nrows4)                                                                              \
+        fc_gemm_acc_##SUF(A + i, 1, ak, nrows4 - i, K, B, ldb, ncols, C + i * ldc, ldc);         \
+}
+
+FC_DEFINE_GEMM_TN(float, f32, FC_W32)
+FC_DEFINE_GEMM_TN(double, f64, FC_W64)
+
+FC_DEFINE_ROWDOTS(float, f32, FC_W32)
+FC_DEFINE_ROWDOTS(double, f64, FC_W64)
+
+/* Paged decode over several kv heads at once.  In the pool a key's rows for all kv heads sit
+ * side by side, so serving every head of a group of keys together reads the pool front to back
+ * (one task per head read 512-byte pieces 4 KB apart and waited on memory: 38% of the copy rate
+ * against 70% now).  krows[j] points at key j's row of the first head; head h is D further.
+ * Query rows are head-major, rph4 rows per head.  Every dot and every output element is computed
+ * by fc_rowdots / fc_pv as before (same lanes, same sequential order over keys), so the bits do
+ * not depend on the grouping. */
+/* Keys are visited in groups; while one group is computed (head by head, from L2) the next
+ * group's rows for all heads are prefetched into L2.  Measured at B=16 Hkv=8 D=128: groups of
+ * 8 and 16 equal, 32 slower; L1 or L2 as the target makes no difference. */
+#define FC_KEYGROUP 16
+#define FC_DEFINE_HEADS(T, SUF, W)                                                               \
+static inline void fc_rowdots_heads_##SUF(const T* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, \
+                                          T* const* krows, ptrdiff_t ncols, T* S, ptrdiff_t lds) { \
+    T* hrows[FC_KEYGROUP];                                                                       \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_KEYGROUP) {                                      \
+        ptrdiff_t n = ncols - j0 < FC_KEYGROUP ? ncols - j0 : FC_KEYGROUP;                        \
+        ptrdiff_t nn = ncols - j0 - n < FC_KEYGROUP ? ncols - j0 - n : FC_KEYGROUP;               \
+        fc_prefetch_keys((void* const*)(krows + j0 + n), nn, nheads * D * sizeof(T));           \
+        for (ptrdiff_t h = 0; h < nheads; h++) {                                                 \
+            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = krows[j0 + j] + h * D;                  \
+            fc_rowdots_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds); \
+        }                                                                                        \
+    }                                                                                            \
+}                                                                                                \
+static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, \
+                                     ptrdiff_t ncols, T* const* vrows, ptrdiff_t D, T* O,        \
+                                     ptrdiff_t ldo) {                                            \
+    T* hrows[FC_KEYGROUP];                                                                       \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_KEYGROUP) {                                      \
+        ptrdiff_t n = ncols - j0 < FC_KEYGROUP ? ncols - j0 : FC_KEYGROUP;                        \
+        ptrdiff_t nn = ncols - j0 - n < FC_KEYGROUP ? ncols - j0 - n : FC_KEYGROUP;               \
+        fc_prefetch_keys((void* const*)(vrows + j0 + n), nn, nheads * D * sizeof(T));           \
+        for (ptrdiff_t h = 0; h < nheads; h++) {                                                 \
+            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;                  \
+            fc_pv_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo); \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+FC_DEFINE_HEADS(float, f32, FC_W32)
+FC_DEFINE_HEADS(double, f64, FC_W64)
+
+/* ---- "math in T" variants for the half types held in float: every product and sum rounded. ----
+ * Same loops and order as the generic Cython blocks (sequential over the contraction index per
+ * element), so results are bit-identical to them, at every level; only the rounding is
+ * vectorized.  Rows go in blocks of FC_NRB x 2 vectors because each step is a chain of dependent
+ * mul/round/add/round: with 32 registers, four chains left the core waiting on latency. */
+
+/* Smallest biased exponent among the nonzero values of n floats (subnormals count as 1; 255 if
+ * all are zero).  Used to prove that a rounded bf16 GEMM never meets an f32 subnormal: if every
+ * operand of a product is a multiple of 2^-63 (exponent fields sum to >= 142) and every starting
+ * accumulator a multiple of 2^-126 (field >= 8), then every product, sum and rounding in the chain
+ * is a multiple of 2^-126, so it is either zero or normal. */
+static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
+    fc_u32v m = {0};
+    m = m + 255u;
+    ptrdiff_t i = 0;
+    for (; i + FC_W32 <= n; i += FC_W32) {
+        fc_u32v u;
+        memcpy(&u, p + i, FC_VBYTES);
+        u &= 0x7fffffffu;
+        fc_u32v e = u >> 23;
+        e += (fc_u32v)(e == 0u) & 1u;          /* subnormals: field 1 */
+        e |= (fc_u32v)(u == 0u);               /* zeros: all ones, never the minimum */
+        fc_u32v lt = (fc_u32v)(e < m);
+        m = (e & lt) | (m & ~lt);
+    }
+    unsigned r = 255u;
+    for (int l = 0; l < FC_W32; l++) r = m[l] < r ? m[l] : r;
+    for (; i < n; i++) {
+        uint32_t u = fc_f2u(p[i]) & 0x7fffffffu;
+        unsigned e = u >> 23;
+        if (u != 0 && (e < 1u ? 1u : e) < r) r = e < 1u ? 1u : e;
+    }
+    return r;
+}
+
+#define FC_RQK_BLOCK(RV2, NRB)                                                                    \
+    {                                                                                            \
+        const float* q[NRB];                                                                     \
+        for (int r = 0; r < NRB; r++) q[r] = Q + (i + r) * D;                                    \
+        fc_vec_f32 a[NRB][2] = {{{0}}};                                                           \
+        const float* kp = Kt + j0;                                                               \
+        for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
+            fc_vec_f32 k0 = fc_load_f32(kp), k1 = fc_load_f32(kp + FC_W32);                      \
+            for (int r = 0; r < NRB; r++) {                                                      \
+                fc_vec_f32 p0 = q[r][d] * k0, p1 = q[r][d] * k1;                                 \
+                RV2(&p0, &p1);                                                                   \
+                a[r][0] += p0; a[r][1] += p1;                                                    \
+                RV2(&a[r][0], &a[r][1]);                                                         \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_f32(S + (i + r) * lds + j0, a[r][0]);                                       \
+            fc_store_f32(S + (i + r) * lds + j0 + FC_W32, a[r][1]);                              \
+        }                                                                                        \
+    }
+
+#define FC_RPV_BLOCK(RV2, NRB)                                                                    \
+    {                                                                                            \
+        const float* p[NRB];                                                                     \
+        fc_vec_f32 a[NRB][2];                                                                    \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            p[r] = P + (i + r) * ldp;                                                            \
+            a[r][0] = fc_load_f32(O + (i + r) * ldo + d0);                                       \
+            a[r][1] = fc_load_f32(O + (i + r) * ldo + d0 + FC_W32);                              \
+        }                                                                                        \
+        for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
+            fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0), v1 = fc_load_f32(vrows[j] + d0 + FC_W32); \
+            for (int r = 0; r < NRB; r++) {                                                      \
+                fc_vec_f32 m0 = p[r][j] * v0, m1 = p[r][j] * v1;                                 \
+                RV2(&m0, &m1);                                                                   \
+                a[r][0] += m0; a[r][1] += m1;                                                    \
+                RV2(&a[r][0], &a[r][1]);                                                         \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_store_f32(O + (i + r) * ldo + d0, a[r][0]);                                       \
+            fc_store_f32(O + (i + r) * ldo + d0 + FC_W32, a[r][1]);                              \
+        }                                                                                        \
+    }
+
+#define FC_DEFINE_ROUNDED(SUF, RV2, RS)                                                           \
+static inline void fc_qk_##SUF(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,   \
+                               float* S, ptrdiff_t lds, ptrdiff_t ncols) {                       \
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * FC_W32) {                                       \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_RQK_BLOCK(RV2, FC_NRB)                       \
+        for (; i + 4 <= nrows4; i += 4) FC_RQK_BLOCK(RV2, 4)                                      \
+        for (; i < nrows4; i += 2) FC_RQK_BLOCK(RV2, 2)                                           \
+    }                                                                                            \
+}                                                                                                \
+static inline void fc_pv_##SUF(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, \
+                               float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {      \
+    ptrdiff_t d0 = 0;                                                                            \
+    for (; d0 + 2 * FC_W32 <= D; d0 += 2 * FC_W32) {                                             \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_RPV_BLOCK(RV2, FC_NRB)                       \
+        for (; i + 4 <= nrows4; i += 4) FC_RPV_BLOCK(RV2, 4)                                      \
+        for (; i < nrows4; i += 2) FC_RPV_BLOCK(RV2, 2)                                           \
+    }                                                                                            \
+    for (; d0 < D; d0++) {  /* D % (2 W) tail: one lane at a time, same order */               \
+        for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
+            const float* pr = P + i * ldp;                                                       \
+            float a = O[i * ldo + d0];                                                           \
+            for (ptrdiff_t j = 0; j < ncols; j++) a = RS(a + RS(pr[j] * vrows[j][d0]));          \
+            O[i * ldo + d0] = a;                                                                 \
+        }                                                                                        \
+    }                                                                                            \
+}
+
+FC_DEFINE_ROUNDED(bf16_exact, fc_rbf16_exact_v2, fc_round_bf16)
+FC_DEFINE_ROUNDED(bf16_cvt, fc_rbf16_cvt_v2, fc_round_bf16)
+FC_DEFINE_ROUNDED(f16, fc_rf16_v2, fc_round_f16)
+
+/* bf16 entry points: the one-instruction rounding when the operands' exponents rule out f32
+ * subnormals anywhere in the chain (the common case), the integer rounding otherwise. */
+static inline void fc_qk_bf16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
+                              float* S, ptrdiff_t lds, ptrdiff_t ncols) {
+    if (FC_HAVE_BF16_CVT && fc_min_exp_field(Q, nrows4 * D) + fc_min_exp_field(Kt, D * FC_BC) >= 142u)
+        fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
+    else
+        fc_qk_bf16_exact(Q, nrows4, D, Kt, S, lds, ncols);
+}
+static inline void fc_pv_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                              float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    if (FC_HAVE_BF16_CVT) {
+        unsigned ep = 255u, ev = 255u, eo = 255u, e;
+        for (ptrdiff_t i = 0; i < nrows4; i++) {
+            e = fc_min_exp_field(P + i * ldp, ncols); ep = e < ep ? e : ep;
+            e = fc_min_exp_field(O + i * ldo, D); eo = e < eo ? e : eo;
+        }
+        for (ptrdiff_t j = 0; j < ncols; j++) {
+            e = fc_min_exp_field(vrows[j], D); ev = e < ev ? e : ev;
+        }
+        if (ep + ev >= 142u && eo >= 8u) {
+            fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+            return;
+        }
+    }
+    fc_pv_bf16_exact(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+}
+
+/* ---- bf16 dot products for the float32-compute kernels (AVX512-BF16). ------------------------
+ * S = Q K^T for bf16 Q and K by vdpbf16ps: every product of two bf16 values is exact in float32,
+ * so the scores are float32 sums of exact products, as the mixed contract asks; only the order of
+ * the sum differs from the float32 loops (per key: d = 1, 0, 3, 2, ... with one rounding per
+ * addition, and subnormal bf16 inputs and float32 partial sums read as zero, which the instruction
+ * always does).  Half the instructions of the float32 tile.  Operands are bf16 pairs in uint32:
+ * Qp [rows][D2], Kp [D2][FC_BC] with D2 = ceil(D / 2), low half = even d, high half = odd d, an odd
+ * D padded with a zero. */
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define FC_HAVE_DPBF16 1
+#define FC_QK_DPBF16_BLOCK(NRB)                                                                  \
+    {                                                                                            \
+        __m512 a[NRB][2];                                                                        \
+        for (int r = 0; r < NRB; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();                   \
+        const uint32_t* kp = Kp + j0;                                                            \
+        for (ptrdiff_t p = 0; p < D2; p++, kp += FC_BC) {                                        \
+            __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp), k1 = (__m512bh)_mm512_loadu_si512(kp + 16); \
+            for (int r = 0; r < NRB; r++) {                                                      \
+                __m512bh qb = (__m512bh)_mm512_set1_epi32((int)Qp[(i + r) * D2 + p]);            \
+                a[r][0] = _mm512_dpbf16_ps(a[r][0], qb, k0);                                     \
+                a[r][1] = _mm512_dpbf16_ps(a[r][1], qb, k1);                                     \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            _mm512_storeu_ps(S + (i + r) * lds + j0, a[r][0]);                                   \
+            _mm512_storeu_ps(S + (i + r) * lds + j0 + 16, a[r][1]);                              \
+        }                                                                                        \
+    }
+static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
+                                float* S, ptrdiff_t lds, ptrdiff_t ncols) {
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 32) {
+        ptrdiff_t i = 0;
+        for (; i + 8 <= nrows4; i += 8) FC_QK_DPBF16_BLOCK(8)
+        for (; i + 4 <= nrows4; i += 4) FC_QK_DPBF16_BLOCK(4)
+        for (; i < nrows4; i += 2) FC_QK_DPBF16_BLOCK(2)
+    }
+}
+#else
+#define FC_HAVE_DPBF16 0
+static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
+                                float* S, ptrdiff_t lds, ptrdiff_t ncols) {
+    (void)Qp; (void)nrows4; (void)D2; (void)Kp; (void)S; (void)lds; (void)ncols;  /* never called */
+}
+#endif
+
+#endif

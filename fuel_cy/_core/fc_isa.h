@@ -1,0 +1,134 @@
+/* The CPU level's vector machinery, shared by the micro-kernel headers: the vector width and
+ * register blocking that the level's compiler flags select, the vector types with their loads and
+ * stores, horizontal sums in a fixed order, bit-level helpers (reinterpretation, lane selects) and
+ * prefetches.  Hand-written; included (through fc_simd.h) by every CPU level's core module.
+ *
+ * One source for every CPU level (fuel_cy/cpu_levels.py): the level's compiler flags choose the
+ * vector width and the register blocking below; the algorithms (tiling, packing, blocking, the
+ * vectorized exp and roundings) are the same at every level. */
+#ifndef FUEL_CY_FC_ISA_H
+#define FUEL_CY_FC_ISA_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+/* Vector width and register blocking of this level.  A register block holds FC_NRB rows x 2
+ * vectors of accumulators: AVX-512 has 32 vector registers, so 8 x 2 = 16 accumulators plus the
+ * two loaded vectors and a broadcast; AVX2 has 16, where 8 rows spilled every accumulator to the
+ * stack (20x slower) and 6 rows (12 accumulators, as BLIS's Haswell kernel) beat 4 by 5%; SSE
+ * also needs a register for each product (no FMA, two-operand forms), so it keeps 4 rows.
+ * Row counts are multiples of 4; blocks of 4 and 2 rows take what FC_NRB leaves. */
+#if defined(__AVX512F__)
+#define FC_VBYTES 64
+#define FC_NRB 8
+#elif defined(__AVX__)
+#define FC_VBYTES 32
+#define FC_NRB 6
+#else
+#define FC_VBYTES 16
+#define FC_NRB 4
+#endif
+#define FC_W32 (FC_VBYTES / 4)   /* float lanes per vector */
+#define FC_W64 (FC_VBYTES / 8)   /* double lanes per vector */
+
+#define FC_BC 128
+/* Rows gathered through a block table sit in different pages, where hardware prefetchers stop:
+ * ask for the rows a few keys ahead explicitly. */
+#define FC_PREFETCH 8
+static inline void fc_prefetch_row(const void* p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char*)p + off, 0, 3);
+}
+/* The rows of n keys, `bytes` each, into L2: the heads loops (fc_gemm.h) and the half-pool readers
+ * (fc_half.h) prefetch the next group of keys while they compute the current one. */
+static inline void fc_prefetch_keys(void* const* rows, ptrdiff_t n, size_t bytes) {
+    for (ptrdiff_t j = 0; j < n; j++)
+        for (size_t off = 0; off < bytes; off += 64)
+            __builtin_prefetch((const char*)rows[j] + off, 0, 2);
+}
+
+/* This level's vectors of T, loaded and stored unaligned (memcpy: one vector move). */
+#define FC_DEFINE_VEC(T, SUF)                                                                    \
+typedef T fc_vec_##SUF __attribute__((vector_size(FC_VBYTES)));                                 \
+static inline fc_vec_##SUF fc_load_##SUF(const T* p) { fc_vec_##SUF v; memcpy(&v, p, FC_VBYTES); return v; } \
+static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, FC_VBYTES); }
+FC_DEFINE_VEC(float, f32)
+FC_DEFINE_VEC(double, f64)
+
+/* Horizontal sums in a fixed pairwise order (halves added until one lane is left), for this
+ * level's vector width. */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define FC_HAVE_SHUFFLE 1
+#endif
+#endif
+#ifdef FC_HAVE_SHUFFLE
+typedef float fc_f32x2 __attribute__((vector_size(8)));
+typedef float fc_f32x4 __attribute__((vector_size(16)));
+typedef double fc_f64x2 __attribute__((vector_size(16)));
+static inline float fc_hsum_f32x2(fc_f32x2 a) { return a[0] + a[1]; }
+static inline float fc_hsum_f32x4(fc_f32x4 a) {
+    return fc_hsum_f32x2(__builtin_shufflevector(a, a, 0, 1) + __builtin_shufflevector(a, a, 2, 3));
+}
+static inline double fc_hsum_f64x2(fc_f64x2 a) { return a[0] + a[1]; }
+#if FC_VBYTES >= 32
+typedef float fc_f32x8 __attribute__((vector_size(32)));
+typedef double fc_f64x4 __attribute__((vector_size(32)));
+static inline float fc_hsum_f32x8(fc_f32x8 a) {
+    return fc_hsum_f32x4(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7));
+}
+static inline double fc_hsum_f64x4(fc_f64x4 a) {
+    return fc_hsum_f64x2(__builtin_shufflevector(a, a, 0, 1) + __builtin_shufflevector(a, a, 2, 3));
+}
+#endif
+#if FC_VBYTES >= 64
+static inline float fc_hsum_f32(fc_vec_f32 a) {
+    return fc_hsum_f32x8(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                         __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+static inline double fc_hsum_f64(fc_vec_f64 a) {
+    return fc_hsum_f64x4(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7));
+}
+#elif FC_VBYTES == 32
+static inline float fc_hsum_f32(fc_vec_f32 a) { return fc_hsum_f32x8(a); }
+static inline double fc_hsum_f64(fc_vec_f64 a) { return fc_hsum_f64x4(a); }
+#else
+static inline float fc_hsum_f32(fc_vec_f32 a) { return fc_hsum_f32x4(a); }
+static inline double fc_hsum_f64(fc_vec_f64 a) { return fc_hsum_f64x2(a); }
+#endif
+#else
+#define FC_DEFINE_HSUM(T, SUF, W)                                                                \
+static inline T fc_hsum_##SUF(fc_vec_##SUF a) {                                                  \
+    T t[W];                                                                                      \
+    memcpy(t, &a, sizeof t);                                                                     \
+    for (int h = W / 2; h >= 1; h /= 2)                                                          \
+        for (int l = 0; l < h; l++) t[l] = t[l] + t[l + h];                                      \
+    return t[0];                                                                                 \
+}
+FC_DEFINE_HSUM(float, f32, FC_W32)
+FC_DEFINE_HSUM(double, f64, FC_W64)
+#endif
+
+/* ---- Bit-level vector helpers (this level's width). ------------------------------------------- */
+typedef int32_t fc_i32v __attribute__((vector_size(FC_VBYTES)));
+typedef uint32_t fc_u32v __attribute__((vector_size(FC_VBYTES)));
+static inline fc_u32v fc_bits_f32(fc_vec_f32 x) { fc_u32v u; memcpy(&u, &x, FC_VBYTES); return u; }
+static inline fc_vec_f32 fc_from_bits_f32(fc_u32v u) { fc_vec_f32 x; memcpy(&x, &u, FC_VBYTES); return x; }
+/* mask ? a : b lane by lane, for masks from vector comparisons (all ones or all zeros) */
+static inline fc_vec_f32 fc_select_f32(fc_i32v mask, fc_vec_f32 a, fc_vec_f32 b) {
+#if FC_VBYTES == 32 && defined(__AVX__)   /* one vblendvps instead of and/andnot/or */
+    return (fc_vec_f32)_mm256_blendv_ps((__m256)b, (__m256)a, (__m256)mask);
+#elif FC_VBYTES == 16 && defined(__SSE4_1__)
+    return (fc_vec_f32)_mm_blendv_ps((__m128)b, (__m128)a, (__m128)mask);
+#else
+    fc_u32v m = (fc_u32v)mask;
+    return fc_from_bits_f32((fc_bits_f32(a) & m) | (fc_bits_f32(b) & ~m));
+#endif
+}
+static inline fc_u32v fc_select_u32(fc_i32v mask, fc_u32v a, fc_u32v b) {
+    return fc_bits_f32(fc_select_f32(mask, fc_from_bits_f32(a), fc_from_bits_f32(b)));
+}
+
+#endif

@@ -1,0 +1,112 @@
+/* Packing of key (and value) tiles for the GEMMs (fc_gemm.h): K^T tiles [D][FC_BC] transposed in
+ * registers (fc_pack_kt_f32), and the bf16 pairs that vdpbf16ps reads (fc_pair_rows_bf16,
+ * fc_pack_k_pairs_bf16).  Hand-written; included (through fc_simd.h) by every CPU level's core
+ * module. */
+#ifndef FUEL_CY_FC_PACK_H
+#define FUEL_CY_FC_PACK_H
+#include "fc_isa.h"
+
+/* ---- K^T packing: out[d * FC_BC + j] = rows[j][d] for j < n, zero for n <= j < FC_BC. ----------
+ * Done in square blocks of one vector's lanes (16, 8 or 4) transposed in registers; the
+ * element-by-element loop read 16 cache lines per 16 stores and was 70% of the half-type paged
+ * decode.  Edges are copied one by one. */
+#if defined(__AVX512F__)
+#define FC_TB 16
+typedef __m512 fc_tvec;
+#define fc_tload _mm512_loadu_ps
+#define fc_tstore _mm512_storeu_ps
+/* unpack, shuffle, two 128-bit lane shuffles: 64 shuffles per 256 floats */
+static inline void fc_transpose_block(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {  /* u[4g + c]: rows 4g..4g+3, column c of each 128-bit lane */
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 a0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), a1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        __m512 b0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), b1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
+        r[c + 4] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+        r[c + 12] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
+    }
+}
+#elif defined(__AVX__)
+#define FC_TB 8
+typedef __m256 fc_tvec;
+#define fc_tload _mm256_loadu_ps
+#define fc_tstore _mm256_storeu_ps
+/* unpack, shuffle, one 128-bit lane permute: 24 shuffles per 64 floats */
+static inline void fc_transpose_block(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; g++) {  /* u[4g + c]: rows 4g..4g+3, column c of each 128-bit lane */
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+#elif defined(__SSE2__)
+#define FC_TB 4
+typedef __m128 fc_tvec;
+#define fc_tload _mm_loadu_ps
+#define fc_tstore _mm_storeu_ps
+static inline void fc_transpose_block(__m128 r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
+#endif
+static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, float* out) {
+    ptrdiff_t j0 = 0;
+#ifdef FC_TB
+    for (; j0 + FC_TB <= n; j0 += FC_TB) {
+        ptrdiff_t d0 = 0;
+        for (; d0 + FC_TB <= D; d0 += FC_TB) {
+            fc_tvec r[FC_TB];
+            for (int i = 0; i < FC_TB; i++) r[i] = fc_tload(rows[j0 + i] + d0);
+            fc_transpose_block(r);
+            for (int k = 0; k < FC_TB; k++) fc_tstore(out + (d0 + k) * FC_BC + j0, r[k]);
+        }
+        for (; d0 < D; d0++)
+            for (int i = 0; i < FC_TB; i++) out[d0 * FC_BC + j0 + i] = rows[j0 + i][d0];
+    }
+#endif
+    for (ptrdiff_t d = 0; d < D; d++) {
+        for (ptrdiff_t j = j0; j < n; j++) out[d * FC_BC + j] = rows[j][d];
+        for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
+    }
+}
+
+/* bf16 pairs of float32 rows holding bf16 values (exactly: the widened inputs), rows x D -> out
+ * [rows][D2] with row stride ldo; the top half of a float32 is its bf16. */
+static inline uint32_t fc_bf16_pair(const float* x, ptrdiff_t d, ptrdiff_t D) {
+    uint32_t lo, hi = 0;
+    memcpy(&lo, x + d, 4);
+    if (d + 1 < D) memcpy(&hi, x + d + 1, 4);
+    return (lo >> 16) | (hi & 0xffff0000u);
+}
+static inline void fc_pair_rows_bf16(const float* x, ptrdiff_t rows, ptrdiff_t D, uint32_t* out, ptrdiff_t ldo) {
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t p = 0; 2 * p < D; p++) out[r * ldo + p] = fc_bf16_pair(x + r * D, 2 * p, D);
+}
+/* K rows (n <= FC_BC keys of D bf16-valued floats) -> Kp [D2][FC_BC], keys n.. zero. */
+static inline void fc_pack_k_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    ptrdiff_t D2 = (D + 1) / 2;
+    for (ptrdiff_t j = 0; j < n; j++)
+        for (ptrdiff_t p = 0; p < D2; p++) out[p * FC_BC + j] = fc_bf16_pair(rows[j], 2 * p, D);
+    for (ptrdiff_t p = 0; p < D2; p++)
+        for (ptrdiff_t j = n; j < FC_BC; j++) out[p * FC_BC + j] = 0;
+}
+
+#endif

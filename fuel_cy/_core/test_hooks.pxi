@@ -1,0 +1,106 @@
+# Test hooks: Python entry points into the core's C helpers, for the tests only (no kernel and
+# no generated entry calls them).  Every name here starts with _test_ / _TEST_; tests reach them
+# through the loaded level module (fuel_cy.cpu.core()).  Hand-written; included by every
+# `_core_<level>.pyx` after the core (policy.pxi declares the fc_* functions and flags used here;
+# BC and NR come from blocks.pxi).
+
+import numpy as _np
+
+cdef extern from "fc_testhooks.h" nogil:
+    void fc_round_vec_array(const float* x, float* out, Py_ssize_t n, int which)
+
+cdef extern from "fc_half.h" nogil:
+    bint FC_HAVE_BF16_CVT    # the bf16 GEMMs may round by vcvtne(2)ps2bf16 (AVX512-BF16)
+
+cdef extern from "fc_exp.h" nogil:
+    bint FC_HAVE_EXP16       # the f32 softmax uses the AVX-512 exp
+
+
+def _test_round(float[::1] x, str code):
+    """Testing hook: the core's round-to-nearest-even of f32 values to BF16 or F16 (as f32)."""
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef Py_ssize_t i
+    if code == "BF16":
+        for i in range(x.shape[0]):
+            o[i] = fc_round_bf16(x[i])
+    elif code == "F16":
+        for i in range(x.shape[0]):
+            o[i] = fc_round_f16(x[i])
+    else:
+        raise ValueError(code)
+    return out
+
+
+def _test_round_vec(float[::1] x, str which):
+    """Testing hook: the vector roundings of the half-type GEMMs ("bf16-int", "bf16-cvt",
+    "bf16-cvt-pair", "f16").  Returns None for the bf16 instruction forms when this build has no
+    AVX512-BF16."""
+    cdef int w = {"bf16-int": 0, "bf16-cvt": 1, "f16": 2, "bf16-cvt-pair": 3}[which]
+    if (w == 1 or w == 3) and not FC_HAVE_BF16_CVT:
+        return None
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    if x.shape[0]:
+        fc_round_vec_array(&x[0], &o[0], x.shape[0], w)
+    return out
+
+
+# whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
+_TEST_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)
+
+
+# whether the f32 softmax uses the AVX-512 exp (else fc_expf, which flushes below exp(-86.5))
+_TEST_HAVE_AVX512_EXP = bool(FC_HAVE_EXP16)
+
+
+def _test_exp_scaled_sum_f32(float[::1] s, float scale, float m):
+    """Testing hook: flash f32's in-place s = exp(scale * s - m) and its sum (fc_exp.h)."""
+    if s.shape[0] == 0:
+        return 0.0
+    return fc_exp_scaled_sum_f32(&s[0], s.shape[0], scale, m)
+
+
+def _test_exp_f64(double[::1] x):
+    """Testing hook: the vectorizable exp used by the f64 kernels."""
+    out = _np.empty(x.shape[0], dtype=_np.float64)
+    cdef double[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        o[i] = fc_exp_f64(x[i])
+    return out
+
+
+def _test_expf(float[::1] x):
+    """Testing hook: the vectorizable expf used by the f32 kernels."""
+    out = _np.empty(x.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        o[i] = fc_expf(x[i])
+    return out
+
+
+def _test_qk_dpbf16(float[:, ::1] q, float[:, ::1] k):
+    """Testing hook: fc_qk_dpbf16's scores S [rows, keys] for bf16-valued q [rows, D] and k
+    [keys <= 128, D].  None when this level has no AVX512-BF16."""
+    if not FC_HAVE_DPBF16:
+        return None
+    cdef Py_ssize_t nr = q.shape[0], D = q.shape[1], n = k.shape[0], j
+    cdef Py_ssize_t nr4 = (nr + NR - 1) // NR * NR, D2 = (D + 1) // 2
+    if n > BC or k.shape[1] != D or D == 0:
+        raise ValueError("k must be [<= 128, D], D > 0")
+    qpad = _np.zeros((max(nr4, 1), max(D, 1)), dtype=_np.float32)
+    qpad[:nr, :D] = q
+    cdef float[:, ::1] qp = qpad
+    cdef unsigned int[::1] qpairs = _np.zeros(max(nr4, 1) * D2 + 1, dtype=_np.uint32)
+    cdef unsigned int[::1] kpairs = _np.zeros(D2 * BC + 1, dtype=_np.uint32)
+    s = _np.zeros((max(nr4, 1), BC), dtype=_np.float32)
+    cdef float[:, ::1] sv = s
+    cdef float* rows[BC]
+    for j in range(n):
+        rows[j] = &k[j, 0]
+    fc_pair_rows_bf16(&qp[0, 0], nr4, D, &qpairs[0], D2)
+    fc_pack_k_pairs_bf16(rows, n, D, &kpairs[0])
+    fc_qk_dpbf16(&qpairs[0], nr4, D2, &kpairs[0], &sv[0, 0], BC, n)
+    return s[:nr, :n].copy()
