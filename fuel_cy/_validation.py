@@ -2,21 +2,18 @@
 contract; how a numpy array is inspected lives here, once)."""
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 from typing import Any, Optional, Sequence
 
-import ml_dtypes
 import numpy as np
 
+from .dtypes import DTYPES
 from .errors import InputError
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-_CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", BF16: "BF16",
-          np.dtype(np.float16): "F16", np.dtype(np.uint32): "U32"}
-NUMPY_DTYPES = {"F32": np.dtype(np.float32), "F64": np.dtype(np.float64), "BF16": BF16,
-                "F16": np.dtype(np.float16), "U32": np.dtype(np.uint32)}
+NUMPY_DTYPES: dict[str, np.dtype] = {code: d.numpy_dtype() for code, d in DTYPES.items()}
+"""Contract dtype code -> numpy dtype (bfloat16 from ml_dtypes)."""
+_CODES = {dtype: code for code, dtype in NUMPY_DTYPES.items()}
 
 
 def dtype_code(dtype: Any) -> Optional[str]:
@@ -161,12 +158,6 @@ def param_usize(kernel: str, name: str, value: Any, optional: bool, clause: str,
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < 0:
         raise InputError(kernel, f"param {name!r}", f"{clause} (kind usize: an integer >= 0)", f"received {value!r}", where)
     return int(value)
-
-
-@functools.lru_cache(maxsize=1024)
-def default_scale(d: int) -> float:
-    """softmax_scale's documented default: 1/sqrt(D) rounded to f32 (1.0 when D == 0)."""
-    return float(np.float32(1.0 / math.sqrt(d))) if d > 0 else 1.0
 
 
 def work(x: Optional[np.ndarray], dtype: str) -> np.ndarray:

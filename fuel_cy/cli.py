@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .contract import ContractError, load_contract
 from .contract.loader import contract_files, default_contracts_dir
+from .dtypes import DTYPES, FLOAT_CODES
 from .errors import UsageError
 from .tables import format_table
 
@@ -289,8 +290,8 @@ def _parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-DTYPE_ALIASES = {"f32": "F32", "float32": "F32", "f64": "F64", "float64": "F64", "bf16": "BF16",
-                 "bfloat16": "BF16", "f16": "F16", "float16": "F16"}
+# every spelling of an element type T (a float dtype of the vocabulary): f32, float32, bf16, ...
+DTYPE_ALIASES = {alias: code for code in FLOAT_CODES for alias in DTYPES[code].aliases}
 
 
 def _dtype_arg(value: Optional[str], kernel: Optional[str] = None) -> str:
@@ -300,7 +301,8 @@ def _dtype_arg(value: Optional[str], kernel: Optional[str] = None) -> str:
         return "F32" if entry is None or "F32" in entry.dtypes else entry.dtypes[0]
     code = DTYPE_ALIASES.get(value.lower())
     if code is None:
-        raise UsageError(f"unknown dtype {value!r} (use f32, f64, bf16 or f16)")
+        names = [code.lower() for code in FLOAT_CODES]
+        raise UsageError(f"unknown dtype {value!r} (use {', '.join(names[:-1])} or {names[-1]})")
     return code
 
 

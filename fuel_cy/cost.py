@@ -9,7 +9,7 @@ import numpy as np
 
 from ._generated import _kernels
 from ._validation import NUMPY_DTYPES, dtype_code
-from .contract.schema import DTYPE_BYTES, FLOAT_DTYPES
+from .dtypes import DTYPES, FLOAT_CODES
 from .errors import InputError
 from .registry import registry
 
@@ -34,7 +34,7 @@ def _dtype_name(dtype: Any) -> str:
         return dtype.upper()
     code = dtype_code(dtype) if dtype is not None else None
     if code is None:
-        raise InputError("cost", "dtype", "dtype vocabulary", f"unknown dtype {dtype!r} (use F32, F64, BF16, F16)")
+        raise InputError("cost", "dtype", "dtype vocabulary", f"unknown dtype {dtype!r} (use {', '.join(FLOAT_CODES)})")
     return code
 
 
@@ -89,7 +89,7 @@ def check_shapes(kernel: str, shapes: Mapping[str, Sequence[int]], dtype: Any = 
             arrays.append(None)
             continue
         allowed = declared.get(name, ())
-        floats = [d for d in allowed if d in FLOAT_DTYPES]
+        floats = [d for d in allowed if d in FLOAT_CODES]
         code = None if floats or not allowed else allowed[0]
         try:
             arrays.append(_stand_in(tuple(int(n) for n in shapes[name]),
@@ -128,7 +128,7 @@ def cost(kernel: str, *inputs_or_shapes: Union[np.ndarray, Sequence[int], None],
     _require_inputs(entry, shapes)
     code = _dtype_name(dtype if dtype is not None else "F32")
     try:
-        raw = getattr(_kernels, f"_cost_{kernel}")(shapes, DTYPE_BYTES[code], params)
+        raw = getattr(_kernels, f"_cost_{kernel}")(shapes, DTYPES[code].bytes, params)
     except (IndexError, KeyError) as exc:
         raise InputError("cost", "shapes", "cost formulas", f"shapes {shapes} do not fit the contract's ranks ({exc})") from None
     report = CostReport(kernel=kernel, dtype=code, **raw)

@@ -1,70 +1,20 @@
 """The kernel registry, built at import from the generated tables (one entry per kernel)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from ._generated import _kernels, _tables
+from .kernel_entry import KernelEntry
 
+__all__ = ["ENTRY_POINTS", "FUSED_OPS", "KernelEntry", "registry"]
 
-@dataclass(frozen=True)
-class KernelEntry:
-    """What the contract says about a kernel, plus the compiled callable."""
+if not all(isinstance(e, KernelEntry) for e in _tables.KERNELS):  # tables of an older generator
+    raise ImportError("fuel_cy/_generated/_tables.py was generated for another fuel_cy: regenerate and rebuild")
 
-    name: str
-    fused_op: str
-    fused_op_id: Optional[int]
-    backend: str
-    kernel_source: str
-    entry_point: str
-    revision_hash: str
-    dtypes: tuple[str, ...]
-    exec_arm: Optional[str]
-    exec_dtypes: tuple[str, ...]
-    inputs: tuple[str, ...]
-    optional_inputs: tuple[str, ...]
-    dims: Mapping[str, tuple[str, ...]]  # input name -> the contract's dim symbols, e.g. q -> (B, Hq, Sq, D)
-    params: tuple[str, ...]
-    outputs: tuple[str, ...]
-    bundle: bool
-    awkward_layout_strategy: str
-    precision: Mapping[str, Any]
-    determinism: str
-    compute: str  # "T": math in the element type; "f32": float32 math, outputs rounded once to T
-    blurb: str
-    contract: str
-    implemented: bool
-    fn: Callable[..., Any]
-
-    @property
-    def exec_wired(self) -> bool:
-        """True when the oracle's executor routes this kernel's fused op to it."""
-        return self.exec_arm == self.name
-
-
-def _build() -> Mapping[str, KernelEntry]:
-    out = {}
-    for row in _tables.KERNELS:
-        out[row["name"]] = KernelEntry(
-            name=row["name"], fused_op=row["fused_op"], fused_op_id=row["fused_op_id"],
-            backend=row["backend"], kernel_source=row["kernel_source"], entry_point=row["entry_point"],
-            revision_hash=row["revision_hash"], dtypes=tuple(row["dtypes"]), exec_arm=row["exec_arm"],
-            exec_dtypes=tuple(row["exec_dtypes"]), inputs=tuple(row["inputs"]),
-            optional_inputs=tuple(row["optional_inputs"]),
-            dims=MappingProxyType({name: tuple(d) for name, d in row["dims"].items()}),
-            params=tuple(row["params"]),
-            outputs=tuple(row["outputs"]), bundle=row["bundle"],
-            awkward_layout_strategy=row["awkward_layout_strategy"],
-            precision=MappingProxyType(dict(row["precision"])), determinism=row["determinism"],
-            compute=row["compute"],
-            blurb=row["blurb"], contract=row["contract"], implemented=row["implemented"],
-            fn=getattr(_kernels, row["name"]),
-        )
-    return MappingProxyType(out)
-
-
-registry: Mapping[str, KernelEntry] = _build()
+registry: Mapping[str, KernelEntry] = MappingProxyType(
+    {e.name: replace(e, fn=getattr(_kernels, e.name)) for e in _tables.KERNELS})
 """Kernel name -> KernelEntry, in contract order."""
 
 ENTRY_POINTS: Mapping[str, Callable[..., Any]] = MappingProxyType(

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 
-UNIT_ROUNDOFF = {"F64": 2.0 ** -53, "F32": 2.0 ** -24, "BF16": 2.0 ** -8, "F16": 2.0 ** -11}
+from .dtypes import DTYPES
+
+UNIT_ROUNDOFF = {code: d.unit_roundoff for code, d in DTYPES.items() if d.unit_roundoff is not None}
 
 
 MIXED_BOUNDS = {"BF16": 1e-2, "F16": 2e-3}

@@ -123,31 +123,31 @@ RUST = re.compile(r"Option<|\busize\b|DynScalar|DimRef\(|\bf32,|keyword - only|C
 def _docstrings():
     from fuel_cy.codegen.stubs import kernel_views
 
-    return {v["name"]: v for v in kernel_views(ROOT)}
+    return {v.name: v for v in kernel_views(ROOT)}
 
 
 @pytest.mark.parametrize("name", sorted(_docstrings()))
 def test_docstring_describes_every_argument_in_python_terms(name):
     """What help(fuel_cy.<kernel>) says after a rebuild (built by the same codegen)."""
     view = _docstrings()[name]
-    doc, py = view["docstring"], view["py"]
+    doc, py = view.docstring, view.py
     assert not RUST.search(doc), RUST.search(doc)
     section = doc.split("Parameters\n----------\n", 1)[1].split("\n\nReturns", 1)[0]
     heads = [line.split(" : ")[0] for line in section.splitlines() if line and not line.startswith(" ")]
-    assert heads == [a["name"] for a in py["inputs"] + py["params"]]
-    for a in py["inputs"] + py["params"]:
-        assert a["doc"] and "not described" not in a["doc"], (name, a["name"])
-        assert a["example"], (name, a["name"])
-        assert "Option" not in a["type"] and a["type"].split(" | ")[0] in ("numpy.ndarray", "float", "int", "bool")
+    assert heads == [a.name for a in py.inputs + py.params]
+    for a in py.inputs + py.params:
+        assert a.doc and "not described" not in a.doc, (name, a.name)
+        assert a.example, (name, a.name)
+        assert "Option" not in a.type and a.type.split(" | ")[0] in ("numpy.ndarray", "float", "int", "bool")
     returns = doc.split("Returns\n-------\n", 1)[1].split("\n\nRaises", 1)[0]
     assert [line.split(" : ")[0] for line in returns.splitlines() if not line.startswith(" ")] == \
-        [o["name"] for o in py["outputs"]]
+        [o.name for o in py.outputs]
     raises = doc.split("Raises\n------\n", 1)[1].split("\n\nNotes", 1)[0]
     assert [line for line in raises.splitlines() if not line.startswith(" ")] == ["fuel_cy.InputError", "MemoryError"]
 
 
 def test_backward_docstring_lists_each_gradient():
-    doc = _docstrings()["attention_flash_backward"]["docstring"]
+    doc = _docstrings()["attention_flash_backward"].docstring
     for grad in ("dq : numpy.ndarray", "dk : numpy.ndarray", "dv : numpy.ndarray"):
         assert grad in doc
     assert "Returns the tuple (dq, dk, dv)." in doc

@@ -1,64 +1,131 @@
-"""How contract kernels bind to the hand-written core: which driver (drivers.pxi) implements each
-kernel, the dims it takes, and the element policy each dtype runs under.  Codegen refuses to wire
-a kernel that is not listed here (it gets a stub that raises NotImplementedError)."""
+"""How contract kernels bind to the hand-written core: which driver (drivers_api.pxi) implements
+each kernel, what that driver takes (inputs, dims, outputs, params), and the element policy each
+dtype runs under.  Codegen refuses to wire a kernel that is not listed here (it gets a stub that
+raises NotImplementedError), and refuses to generate when a bound kernel's contract no longer fits
+its driver (check_binding)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
+from ..contract.model import Kernel
+from ..dtypes import DTYPES
+
+CORES_FILE = "fuel_cy/codegen/cores.py"
+
+
+@dataclass(frozen=True)
+class DriverInput:
+    """An input a driver takes, in the contract's spelling."""
+
+    name: str
+    dtype: str  # "T": a float input (the kernel's element type); else the integer dtype it reads
+    optional: bool = False  # NULL when the caller leaves it out
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype}" + (" (optional)" if self.optional else "")
+
+
+@dataclass(frozen=True)
+class Driver:
+    """A `drive_<name>` function of the core (drivers_api.pxi): what it takes.  A kernel bound
+    to it must declare these inputs, in this order, the dims (on its required inputs), the
+    outputs and the params it reads with params[...]: checked at generate time (check_binding)."""
+
+    name: str
+    dims: tuple[str, ...]  # dim symbols (contract spelling) of the tuple it takes, in order
+    inputs: tuple[DriverInput, ...]
+    outputs: tuple[str, ...]
+    params: tuple[str, ...]  # the params it requires (the others it reads with params.get)
+
+
+_SLOPES = DriverInput("alibi_slopes", "T", optional=True)
 FORWARD_DIMS = ("B", "Hq", "Hkv", "Sq", "Sk", "D")
 PAGED_DIMS = ("B", "Hq", "Hkv", "Sq", "D", "block_size", "max_blocks_per_seq", "num_blocks")
+FORWARD_INPUTS = (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"), _SLOPES)
+NAIVE = Driver("attention_naive", FORWARD_DIMS, FORWARD_INPUTS, ("out",), ("softmax_scale",))
+FLASH = Driver("attention_flash", FORWARD_DIMS, FORWARD_INPUTS, ("out",), ("softmax_scale",))
+PAGED = Driver("attention_paged_naive", PAGED_DIMS,
+               (DriverInput("q", "T"), DriverInput("k_cache", "T"), DriverInput("v_cache", "T"),
+                DriverInput("block_table", "U32"), DriverInput("context_lens", "U32"), _SLOPES),
+               ("out",), ("softmax_scale",))
+BACKWARD = Driver("attention_flash_backward", FORWARD_DIMS,
+                  (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"), DriverInput("do_grad", "T"),
+                   _SLOPES),
+                  ("dq", "dk", "dv"), ("softmax_scale",))
 
 
 @dataclass(frozen=True)
 class CoreBinding:
     """One kernel's implementation in the core."""
 
-    driver: str                    # drive_<driver> in drivers.pxi (also the key of _prose_checks.RULES)
-    dims: tuple[str, ...]          # dim symbols (contract spelling) of the tuple the driver takes
+    driver: Driver  # drive_<driver.name> (also the key of _prose_checks.RULES)
     half_prepare: Optional[str] = None  # step applied to a half-type call's inputs before widening
-    # bf16/f16 calls go to drive_<half_driver> instead, which takes is_f16 last and reads the
-    # `half_storage` inputs in their 16-bit storage (uint16 views, never widened copies)
+    # bf16/f16 calls go to drive_<half_driver> instead, which takes the driver's arguments and
+    # is_f16 last, and reads the `half_storage` inputs in their 16-bit storage (uint16 views,
+    # never widened copies)
     half_driver: Optional[str] = None
     half_storage: tuple[str, ...] = ()
 
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return self.driver.dims
+
 
 BINDINGS: Mapping[str, CoreBinding] = {
-    "attention_naive": CoreBinding("attention_naive", FORWARD_DIMS),
-    "attention_flash": CoreBinding("attention_flash", FORWARD_DIMS),
+    "attention_naive": CoreBinding(NAIVE),
+    "attention_flash": CoreBinding(FLASH),
     # a half-type pool is widened for the core: only the blocks the live contexts reference
-    "attention_paged_naive": CoreBinding("attention_paged_naive", PAGED_DIMS, "_paged_live_blocks"),
-    "attention_flash_backward": CoreBinding("attention_flash_backward", FORWARD_DIMS),
+    "attention_paged_naive": CoreBinding(PAGED, "_paged_live_blocks"),
+    "attention_flash_backward": CoreBinding(BACKWARD),
     # fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): the same drivers, run under
     # the float32 policy (precision.compute: f32)
     # bf16 scores by vdpbf16ps where the CPU level has AVX512-BF16
-    "attention_flash_mixed": CoreBinding("attention_flash", FORWARD_DIMS, half_driver="attention_flash_half"),
+    "attention_flash_mixed": CoreBinding(FLASH, half_driver="attention_flash_half"),
     # the mixed paged kernel reads a bf16/f16 pool in place (decode is bound by the pool's bytes)
-    "attention_paged_mixed": CoreBinding("attention_paged_naive", PAGED_DIMS,
-                                         half_driver="attention_paged_half",
-                                         half_storage=("k_cache", "v_cache")),
-    "attention_flash_backward_mixed": CoreBinding("attention_flash_backward", FORWARD_DIMS,
-                                                  half_driver="attention_flash_backward_half"),
+    "attention_paged_mixed": CoreBinding(PAGED, half_driver="attention_paged_half", half_storage=("k_cache", "v_cache")),
+    "attention_flash_backward_mixed": CoreBinding(BACKWARD, half_driver="attention_flash_backward_half"),
 }
+"""Kernel name -> its binding.  A kernel not listed gets a stub that raises NotImplementedError."""
 
-# contract dtype -> (rounding tag, C work type, numpy work dtype) under "math in T"
+
+def check_binding(kernel: Kernel, binding: CoreBinding, report: Callable[[str, str], None]) -> None:
+    """Does the contract of `kernel` still fit the driver it is bound to?  Each misfit goes to
+    report(key path, message), so an edited contract fails at generate time with the reason,
+    not in the C compiler or at run time."""
+    d = binding.driver
+    bound = f"bound to drive_{d.name} ({CORES_FILE} BINDINGS)"
+    have = tuple(DriverInput(s.name, "T" if s.is_float else "|".join(s.dtypes), s.optional) for s in kernel.inputs)
+    if have != d.inputs:
+        report("accept.inputs", f"{bound}, which takes the inputs ({', '.join(map(str, d.inputs))}) in this order; "
+                                f"the contract declares ({', '.join(map(str, have))})")
+    required = {sym for s in kernel.inputs if not s.optional for sym in s.dims}
+    missing = [sym for sym in d.dims if sym not in required]
+    if missing:
+        report("accept.inputs", f"{bound}, which takes the dims ({', '.join(d.dims)}); no required input of the "
+                                f"contract has {', '.join(missing)}")
+    outputs = tuple(o.name for o in kernel.returns.items)
+    if outputs != d.outputs:
+        report("return", f"{bound}, which writes the outputs ({', '.join(d.outputs)}); the contract returns "
+                         f"({', '.join(outputs)})")
+    params = {f.name for f in kernel.op_params.fields}
+    for name in d.params:
+        if name not in params:
+            report("op_params.fields", f"{bound}, which reads the param {name!r}; the contract has none")
+    names = {s.name for s in kernel.inputs}
+    for name in binding.half_storage:
+        if name not in names:
+            report("accept.inputs", f"{bound}, whose half driver reads the input {name!r} in 16-bit storage; "
+                                    "the contract has no such input")
+
+
+# contract dtype -> (rounding tag, C work type, numpy work dtype) under "math in T", and each
+# integer dtype's (C type, numpy dtype) as the drivers read it: from the dtype record
 POLICIES: Mapping[str, tuple[str, str, str]] = {
-    "F32": ("RoundNone", "float", "float32"),
-    "F64": ("RoundNone", "double", "float64"),
-    "BF16": ("RoundBF16", "float", "float32"),
-    "F16": ("RoundF16", "float", "float32"),
-}
+    code: d.policy for code, d in DTYPES.items() if d.policy is not None}
+INT_WORK: Mapping[str, tuple[str, str]] = {
+    code: (d.work_ctype, d.work_numpy) for code, d in DTYPES.items() if not d.is_float}
 
-
-def policy(compute: str, dtype: str) -> Optional[tuple[str, str, str]]:
-    """The element policy a dtype runs under.  compute "T": every step rounded to the element type;
-    "f32": half inputs widened exactly and every step in float32 (the float32 policy), outputs
-    rounded once to T when narrowed (drivers.pxi _from_work)."""
-    if compute == "f32":  # float64 has no float32-math meaning: no entry
-        return POLICIES["F32"] if dtype in ("F32", "BF16", "F16") else None
-    return POLICIES.get(dtype)
-
-
-INT_WORK = {"U32": ("unsigned int", "uint32")}
-
-CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_interrupt.h", "fastcheck.pxi", "policy.pxi", "blocks.pxi", "kernels.pxi", "drivers.pxi")
+CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_isa.h", "fc_gemm.h", "fc_half.h", "fc_pack.h", "fc_exp.h",
+                "fc_testhooks.h", "fc_interrupt.h", "fastcheck.pxi", "policy.pxi", "blocks.pxi", "kernels.pxi",
+                "drivers_api.pxi", "drivers.pxi", "test_hooks.pxi")

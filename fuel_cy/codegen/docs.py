@@ -12,22 +12,21 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..contract import expr, load_contracts
-from ..contract.loader import FUSED_OPS_FILE, parse_fused_ops
-from ..contract.schema import DTYPE_BYTES
-from .cores import CORE_SOURCES
-from .generate import Layout, environment
+from ..contract import expr
+from ..contract.model import Kernel
+from ..dtypes import DTYPES
+from .generate import Layout, environment, views
 from .pydocs import NUMPY_NAMES, dtype_words, signature_lines
-from .view import LAYOUT_ORDER, kernel_view, sources_digest
+from .view import LAYOUT_ORDER, KernelView
 
 # the example of every kernel page (its code runs in tests/test_docs_examples.py, so keep it fast)
 EXAMPLE_DIMS = {"B": 1, "Hq": 8, "Hkv": 2, "Sq": 512, "Sk": 512, "D": 64,
                 "num_blocks": 256, "block_size": 16, "max_blocks_per_seq": 64}
 PAGED_EXAMPLE = {"B": 4, "Sq": 1}
-NUMPY_REPR = {"F32": "dtype('float32')", "F64": "dtype('float64')", "BF16": "dtype(bfloat16)", "F16": "dtype('float16')"}
 
 
 def md_inline(text: Any) -> str:
@@ -130,9 +129,9 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
             roles[spec.fdx.gather.context_lens] = "lens"
     first = next(s for s in kernel.inputs if s.is_float)
     code = "F32" if "F32" in first.dtypes else first.dtypes[0]
-    cast = {"F32": "", "F64": ".astype(np.float64)", "BF16": ".astype(ml_dtypes.bfloat16)",
-            "F16": ".astype(np.float16)"}[code]
-    lines = [">>> import numpy as np, fuel_cy" + (", ml_dtypes" if code == "BF16" else ""),
+    T = DTYPES[code]
+    cast = "" if T.numpy_name == "float32" else f".astype({T.python_spelling})"  # the draws are float32
+    lines = [">>> import numpy as np, fuel_cy" + ("" if T.numpy_module == "numpy" else f", {T.numpy_module}"),
              ">>> rng = np.random.default_rng(0)"]
     args = []
     for spec in kernel.inputs:
@@ -143,12 +142,13 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
             lines.append(f">>> {spec.name} = rng.standard_normal({shape}, dtype=np.float32){cast}")
         elif roles.get(spec.name) == "table":
             lines.append(f">>> {spec.name} = rng.permutation({dims['num_blocks']})[:{shape[0] * shape[1]}]"
-                         f".reshape{shape}.astype(np.uint32)")
+                         f".reshape{shape}.astype({DTYPES[spec.dtypes[0]].python_spelling})")
         elif roles.get(spec.name) == "lens":
             cap = dims["max_blocks_per_seq"] * dims["block_size"]
-            lines.append(f">>> {spec.name} = rng.integers(1, {cap} + 1, size={shape}).astype(np.uint32)")
+            lines.append(f">>> {spec.name} = rng.integers(1, {cap} + 1, size={shape})"
+                         f".astype({DTYPES[spec.dtypes[0]].python_spelling})")
         else:
-            lines.append(f">>> {spec.name} = np.zeros({shape}, dtype=np.uint32)")
+            lines.append(f">>> {spec.name} = np.zeros({shape}, dtype={DTYPES[spec.dtypes[0]].python_spelling})")
         args.append(spec.name)
     kw = ", causal=True" if any(f.name == "causal" for f in kernel.op_params.fields) else ""
     outs = [o.name for o in kernel.returns.items]
@@ -156,7 +156,7 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
     shapes = {s.name: tuple(dims.get(d, 4) for d in s.dims) for s in kernel.inputs}
     shown = [f"({', '.join(str(n) for n in shapes[o.shape_source])})" for o in kernel.returns.items]
     lines.append(f">>> {', '.join(o + '.shape' for o in outs)}, {outs[0]}.dtype")
-    lines.append(f"({', '.join(shown)}, {NUMPY_REPR[code]})")
+    lines.append(f"({', '.join(shown)}, {T.numpy_repr})")
     lines.append(f'>>> fuel_cy.cost("{kernel.name}", {", ".join(args)}).flops')
     lines.append(f"{flops:.0f}")
     return "\n".join(_fit(line) for line in lines), code
@@ -181,6 +181,9 @@ def _fit(line: str, width: int = 76) -> str:
 
 # ---- precision -------------------------------------------------------------------------------
 
+_SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def _bound_text(dtype: str, backward: bool, compute: str) -> str:
     from ..tolerance import MIXED_BOUNDS
 
@@ -190,22 +193,31 @@ def _bound_text(dtype: str, backward: bool, compute: str) -> str:
         return "1e-10" if backward else "1e-12"
     if dtype == "F32":
         return "1e-4" if backward else "2e-5"
-    u = {"BF16": "2⁻⁸", "F16": "2⁻¹¹"}[dtype]
+    u = "2⁻" + str(DTYPES[dtype].significand_bits).translate(_SUPERSCRIPT)  # the unit roundoff of T
     return f"{4 if backward else 8} · {u} · √(D + Sk)"
 
 
-def _precision_rows(kernel, measured: dict[tuple[str, str], dict]) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class PrecisionRow:
+    dtype: str
+    math: str
+    bound: str
+    measured: str
+
+
+def _precision_rows(kernel: Kernel, measured: dict[tuple[str, str], dict]) -> tuple[PrecisionRow, ...]:
     backward = kernel.returns.kind == "bundle"
     rows = []
     for d in kernel.float_dtypes:
-        if kernel.precision.compute == "f32" or d in ("F32", "F64"):
-            math = "float32" if d in ("BF16", "F16", "F32") else "float64"
+        T = DTYPES[d]
+        if kernel.precision.compute == "f32" or not T.rounds_each_step:
+            math = T.work_numpy
         else:
-            math = f"{NUMPY_NAMES[d]} (every step rounded)"
+            math = f"{T.numpy_name} (every step rounded)"
         m = measured.get((kernel.name, d))
-        rows.append({"dtype": NUMPY_NAMES[d], "math": math, "bound": _bound_text(d, backward, kernel.precision.compute),
-                     "measured": f"{m['error']:.1e} (bound there {m['bound']:.2g})" if m else "—"})
-    return rows
+        rows.append(PrecisionRow(NUMPY_NAMES[d], math, _bound_text(d, backward, kernel.precision.compute),
+                                 f"{m['error']:.1e} (bound there {m['bound']:.2g})" if m else "—"))
+    return tuple(rows)
 
 
 def _measured(root: Path) -> dict[tuple[str, str], dict]:
@@ -240,95 +252,138 @@ def _contract_inputs(kernel) -> list[str]:
     return out
 
 
-def _page_view(doc, kernel, fused, digest, rel, measured) -> dict[str, Any]:
-    v = kernel_view(doc, kernel, fused, digest, rel)
-    py = v["py"]
-    v["wiring"] = _wiring(kernel.name, v["exec_arm"], v["exec_dtypes"])
-    v["provider"] = doc.provider.name
-    v["variant"] = kernel.op_params.variant
-    v["signature"] = "\n".join(signature_lines(kernel.name, py))
-    for a in py["inputs"] + py["params"]:
-        a["default_text"] = "required" if a["default"] is None else f"`{a['default']}`"
-        detail = "" if a["kind"] == "param" else "<br>" + md_inline(a["detail"])
-        a["cell"] = md_inline(a["doc"]) + detail + (
-            f"<br>Example: `{a['example']}`" if a["example"] else "")
-        a["type_cell"] = f"`{a['type']}`"
-    for o in py["outputs"]:
-        o["cell"] = md_inline(o["doc"]) + "<br>" + md_inline(o["detail"])
-    v["contract_inputs"] = _contract_inputs(kernel)
-    v["contract_params"] = [
-        f"`{f.name}`: kind `{f.kind}`" + (f"; constraint `{f.constraint_text}`" if f.constraint_text else "")
-        + (f"; note: {md_inline(f.note)}" if f.note else "") for f in kernel.op_params.fields]
-    v["contract_returns"] = [
-        f"`{o.name}`: dtype `{o.dtype_rule}`, shape `{o.shape_rule}`, layout {o.layout_guarantee}, aliasing {o.aliasing or 'none'}"
-        for o in kernel.returns.items]
-    v["caps"] = kernel.caps
+@dataclass(frozen=True)
+class ArgRow:
+    """A row of the Parameters table."""
+
+    name: str
+    type_cell: str
+    default_text: str
+    cell: str
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    name: str
+    type: str
+    cell: str
+
+
+@dataclass(frozen=True)
+class CostRow:
+    name: str
+    math: str
+    value: str
+
+
+@dataclass(frozen=True)
+class KernelPage:
+    """What a kernel's page shows beyond its KernelView (`view`; the contract model: `view.kernel`)."""
+
+    view: KernelView
+    signature: str  # one argument a line
+    wiring: str
+    args: tuple[ArgRow, ...]
+    outputs: tuple[OutputRow, ...]
+    use_when: str
+    dtype_words: str
+    masks: tuple[str, ...]
+    paged: bool
+    example: str
+    example_shapes: str
+    example_dtype: str
+    precision_rows: tuple[PrecisionRow, ...]
+    cost_rows: tuple[CostRow, ...]
+    symbols: tuple[str, ...]
+    contract_inputs: tuple[str, ...]
+    contract_params: tuple[str, ...]
+    contract_returns: tuple[str, ...]
+    description: str  # the contract's prose, as Markdown indented into the Contract box
+
+
+@dataclass(frozen=True)
+class ContractSection:
+    """A contract on the kernel index."""
+
+    file: str
+    provider: str
+    title: str
+    kernels: tuple[KernelPage, ...]
+
+
+def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict]) -> KernelPage:
+    kernel, py, entry = v.kernel, v.py, v.entry
+    args = tuple(ArgRow(
+        name=a.name, type_cell=f"`{a.type}`", default_text="required" if a.default is None else f"`{a.default}`",
+        cell=md_inline(a.doc) + ("" if a.kind == "param" else "<br>" + md_inline(a.detail))
+        + (f"<br>Example: `{a.example}`" if a.example else ""),
+    ) for a in py.inputs + py.params)
+    outputs = tuple(OutputRow(o.name, o.type, md_inline(o.doc) + "<br>" + md_inline(o.detail)) for o in py.outputs)
     dims = dict(EXAMPLE_DIMS)
-    if any(s.fdx and s.fdx.gather for s in kernel.inputs):
+    paged = any(s.fdx and s.fdx.gather for s in kernel.inputs)
+    if paged:
         dims.update(PAGED_EXAMPLE)
     shapes = {s.name: tuple(dims.get(d, 4) for d in s.dims) for s in kernel.inputs}
-    symbols = {sym: shapes[inp][axis] for sym, (inp, axis) in kernel.symbols.items()}
+    symbols: dict[str, Any] = {sym: shapes[inp][axis] for sym, (inp, axis) in kernel.symbols.items()}
     first = next(s for s in kernel.inputs if s.is_float)
     dtype = "F32" if "F32" in first.dtypes else first.dtypes[0]
-    symbols["dtype_bytes"] = DTYPE_BYTES[dtype]
-    rows = []
-    for name, f in (("flops", kernel.cost.flops), ("bytes moved", kernel.cost.bytes_moved),
-                    ("host memory (bytes)", kernel.cost.memory.host_bytes),
-                    ("device memory (bytes)", kernel.cost.memory.device_bytes),
-                    ("disk (bytes)", kernel.cost.memory.disk_bytes)):
-        rows.append({"name": name, "math": math_html(f), "value": f"{f.evaluate(symbols, shapes):,.0f}"})
-    v["cost_rows"] = rows
-    v["example_shapes"] = ", ".join(f"`{s.name}` `{list(shapes[s.name])}`" for s in kernel.inputs if not s.optional)
-    v["example_dtype"] = NUMPY_NAMES[dtype]
+    symbols["dtype_bytes"] = DTYPES[dtype].bytes
+    cost_rows = tuple(
+        CostRow(name, math_html(f), f"{f.evaluate(symbols, shapes):,.0f}")
+        for name, f in (("flops", kernel.cost.flops), ("bytes moved", kernel.cost.bytes_moved),
+                        ("host memory (bytes)", kernel.cost.memory.host_bytes),
+                        ("device memory (bytes)", kernel.cost.memory.device_bytes),
+                        ("disk (bytes)", kernel.cost.memory.disk_bytes)))
     code, _ = _example(kernel, dims, kernel.cost.flops.evaluate(symbols, shapes))
-    v["example"] = code
-    v["symbols"] = sorted(kernel.symbols)
-    v["description"] = "\n".join("    " + line if line else "" for line in md_block(kernel.description).splitlines())
-    v["masks"] = mask_figures(kernel)
-    v["paged"] = any(s.fdx and s.fdx.gather for s in kernel.inputs)
-    v["precision_rows"] = _precision_rows(kernel, measured)
-    v["dtype_words"] = dtype_words(list(kernel.float_dtypes))
-    v["use_when"] = md_inline(py["use_when"]) if py["use_when"] else ""
-    return v
+    return KernelPage(
+        view=v, signature="\n".join(signature_lines(v.name, py)),
+        wiring=_wiring(v.name, entry.exec_arm, list(entry.exec_dtypes)),
+        args=args, outputs=outputs, use_when=md_inline(py.use_when) if py.use_when else "",
+        dtype_words=dtype_words(list(kernel.float_dtypes)), masks=tuple(mask_figures(kernel)), paged=paged,
+        example=code, example_shapes=", ".join(f"`{s.name}` `{list(shapes[s.name])}`" for s in kernel.inputs if not s.optional),
+        example_dtype=NUMPY_NAMES[dtype], precision_rows=_precision_rows(kernel, measured), cost_rows=cost_rows,
+        symbols=tuple(sorted(kernel.symbols)), contract_inputs=tuple(_contract_inputs(kernel)),
+        contract_params=tuple(
+            f"`{f.name}`: kind `{f.kind}`" + (f"; constraint `{f.constraint_text}`" if f.constraint_text else "")
+            + (f"; note: {md_inline(f.note)}" if f.note else "") for f in kernel.op_params.fields),
+        contract_returns=tuple(
+            f"`{o.name}`: dtype `{o.dtype_rule}`, shape `{o.shape_rule}`, layout {o.layout_guarantee}, aliasing {o.aliasing or 'none'}"
+            for o in kernel.returns.items),
+        description="\n".join("    " + line if line else "" for line in md_block(kernel.description).splitlines()),
+    )
 
 
 def render_pages(root: Path) -> dict[str, str]:
     """Site-relative path -> Markdown for the kernel index and one page per kernel."""
     layout = Layout(root)
-    docs = load_contracts(layout.contracts)
-    fused = parse_fused_ops((layout.contracts / FUSED_OPS_FILE).read_text(encoding="utf-8"))
-    digest = sources_digest(layout.core, CORE_SOURCES)
+    v = views(layout, check_core=False)  # the pages describe the contracts, built or not
     env = environment(layout.templates / "docs")
     env.filters["md"] = md_inline
     measured = _measured(root)
-    views: list[dict[str, Any]] = []
-    contracts: list[dict[str, Any]] = []
-    for doc in docs:
-        rel = Path(doc.path).resolve().relative_to(layout.root.resolve()).as_posix()
-        mine = [_page_view(doc, kernel, fused, digest, rel, measured) for kernel in doc.kernels]
-        views += mine
-        contracts.append({"file": rel, "provider": doc.provider.name, "title": doc.title, "kernels": mine})
-    views = sorted(views, key=kernel_order)
-    contracts.sort(key=lambda c: min((kernel_order(v) for v in c["kernels"]), default=(1 << 30,)))
-    pages = {"kernels/index.md": env.get_template("index.md.j2").render(contracts=contracts, kernels=views,
-                                                                         fused_ops=list(fused.values()))}
-    for v in views:
-        pages[f"kernels/{v['name']}.md"] = env.get_template("kernel.md.j2").render(k=v)
+    contracts = []
+    for doc in v.docs:
+        file = Path(doc.path).resolve().relative_to(layout.root.resolve()).as_posix()
+        contracts.append(ContractSection(file, doc.provider.name, doc.title, tuple(
+            kernel_page(k, measured) for k in v.kernels if k.contract == file)))
+    kernels = sorted((p for c in contracts for p in c.kernels), key=lambda p: kernel_order(p.view))
+    contracts.sort(key=lambda c: min((kernel_order(p.view) for p in c.kernels), default=(1 << 30,)))
+    pages = {"kernels/index.md": env.get_template("index.md.j2").render(contracts=contracts, kernels=kernels,
+                                                                         fused_ops=list(v.fused_ops.values()))}
+    for page in kernels:
+        pages[f"kernels/{page.view.name}.md"] = env.get_template("kernel.md.j2").render(k=page)
     return pages
 
 
-def kernel_order(v: dict[str, Any]) -> tuple:
+def kernel_order(v: KernelView) -> tuple:
     """Kernels in the order of their fused-op ids: the founding contract's first (ids 12, 13, 22),
     then those of later contracts."""
-    return (v["fused_op_id"] if v["fused_op_id"] is not None else 1 << 30,)
+    return (v.entry.fused_op_id if v.entry.fused_op_id is not None else 1 << 30,)
 
 
 def api_entries(root: Path, module: str) -> str:
     """The mkdocstrings directives of site/api.md for every contract kernel in `module`
     (`fuel_cy`, `fuel_cy.torch` or `fuel_cy.dask`); their objects come from griffe_kernels."""
-    from .stubs import kernel_views
-
-    names = [v["name"] for v in sorted(kernel_views(root), key=kernel_order)]
+    names = [v.name for v in sorted(views(Layout(root), check_core=False).kernels, key=kernel_order)]
     return "\n\n".join(f"::: {module}.{name}\n    options:\n      heading_level: 3" for name in names)
 
 

@@ -1,18 +1,19 @@
 """contracts/ + templates/ -> fuel_cy/_generated/ (the only writer of generated files)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Optional
 
 import jinja2
 
-from ..contract import load_contracts
+from ..contract.loader import FUSED_OPS_FILE, contract_files
 from ..cpu_levels import all_level_names
-from ..contract.loader import FUSED_OPS_FILE, contract_files, parse_fused_ops
-from .cores import CORE_SOURCES
+from ..dtypes import DTYPES
 from .files import FileManager
-from .view import docstring, kernel_view, sources_digest
+from .view import Views, build_views
 
 GENERATOR_VERSION = "1"
 TEMPLATES = ("_kernels.pyx.j2", "_kernels.pyi.j2", "_tables.py.j2", "_core_entries.pxi.j2")
@@ -58,7 +59,22 @@ def find_root(start: Optional[Path] = None) -> Path:
 
 
 def _py(value: Any) -> str:
+    """Python source of a value: repr(), and a dataclass (fuel_cy.KernelEntry) as the call of its
+    constructor with the fields it takes (read-only mappings as dict literals)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        args = ", ".join(f"{f.name}={_py(getattr(value, f.name))}" for f in dataclasses.fields(value)
+                         if f.init and f.repr)
+        return f"{type(value).__name__}({args})"
+    if isinstance(value, (dict, MappingProxyType)):
+        return "{" + ", ".join(f"{_py(k)}: {_py(v)}" for k, v in value.items()) + "}"
     return repr(value)
+
+
+def _py_record(value: Any, indent: int = 4) -> str:
+    """_py of a dataclass, one field a line (the call starts `indent` columns in)."""
+    pad = " " * (indent + 4)
+    args = [f"{pad}{f.name}={_py(getattr(value, f.name))}," for f in dataclasses.fields(value) if f.init and f.repr]
+    return f"{type(value).__name__}(\n" + "\n".join(args) + "\n" + " " * indent + ")"
 
 
 def _pydoc(text: str) -> str:
@@ -67,8 +83,11 @@ def _pydoc(text: str) -> str:
 
 
 def npy_typenum(ctype: str) -> str:
-    """numpy's type number (Cython spelling) of a core work type."""
-    return {"float": "cnp.NPY_FLOAT32", "double": "cnp.NPY_FLOAT64", "unsigned int": "cnp.NPY_UINT32"}[ctype]
+    """numpy's type number (Cython spelling) of a core work type: that of the dtype stored as it."""
+    for d in DTYPES.values():
+        if d.ctype == ctype and d.npy_typenum is not None:
+            return f"cnp.{d.npy_typenum}"
+    raise KeyError(ctype)
 
 
 def environment(templates: Path) -> jinja2.Environment:
@@ -77,6 +96,7 @@ def environment(templates: Path) -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
     )
     env.filters["py"] = _py
+    env.filters["pyrecord"] = _py_record
     env.filters["pydoc"] = _pydoc
     env.filters["npy_typenum"] = npy_typenum
     return env
@@ -91,26 +111,21 @@ def header(comment: str, sources: list[tuple[str, str]], template: str) -> str:
     return "\n".join(lines)
 
 
+def views(layout: Layout, check_core: bool = True) -> Views:
+    """The views of every contract kernel of a checkout (raises ContractError); `check_core`:
+    also check that each kernel bound to a core driver still fits it (view.check_bindings)."""
+    return build_views(layout.contracts, layout.core, layout.root, check_core)
+
+
 def render(layout: Layout, out_dir: Optional[Path] = None) -> FileManager:
     """Render everything in memory; raises ContractError before anything is written."""
-    docs = load_contracts(layout.contracts)
-    fused = parse_fused_ops((layout.contracts / FUSED_OPS_FILE).read_text(encoding="utf-8"),
-                            str(layout.contracts / FUSED_OPS_FILE))
-    digest = sources_digest(layout.core, CORE_SOURCES)
-    kernels = []
-    for doc in docs:
-        rel = Path(doc.path).resolve().relative_to(layout.root.resolve()).as_posix()
-        for kernel in doc.kernels:
-            view = kernel_view(doc, kernel, fused, digest, rel)
-            view["docstring"] = docstring(view)
-            kernels.append(view)
-    sources = [(Path(d.path).resolve().relative_to(layout.root.resolve()).as_posix(), d.text_hash) for d in docs]
+    v = views(layout)
+    sources = [(Path(d.path).resolve().relative_to(layout.root.resolve()).as_posix(), d.text_hash) for d in v.docs]
     env = environment(layout.templates / "cython")
     context = {
-        "kernels": kernels, "generator_version": GENERATOR_VERSION,
+        "kernels": v.kernels, "generator_version": GENERATOR_VERSION,
         "contract_hashes": [(Path(p).name, h) for p, h in sources],
-        "providers": [dict(vars(d.provider), contract=Path(d.path).name) for d in docs],
-        "fused_ops": list(fused.values()),
+        "providers": v.providers, "fused_ops": list(v.fused_ops.values()),
     }
     fm = FileManager(out_dir or layout.generated)
     fm.add("__init__.py", header("#", sources, "(package marker)") + "\n")

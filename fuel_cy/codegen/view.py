@@ -1,28 +1,167 @@
-"""Flatten the contract model into plain data for the templates (all decisions made here, so the
-templates hold nothing beyond loops and conditionals)."""
+"""The contract model as the templates see it: typed, frozen views derived once from the model
+(all decisions made here, so the templates hold nothing beyond loops and conditionals).
+
+`build_views` is the one way from a contracts folder to views: the generator (generate.py), the
+kernel pages (docs.py) and the documentation stubs (stubs.py) all start from it.  What the
+registry serves at runtime is part of each view (`KernelView.entry`, a fuel_cy.KernelEntry),
+written into _generated/_tables.py as is."""
 from __future__ import annotations
 
+import ast
 import hashlib
-import re
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from ..contract import expr
-from ..contract.checks import cost_symbols
-from ..contract.model import ContractDoc, FusedOpInfo, InputSpec, Kernel
-from .cores import BINDINGS, INT_WORK, policy
-from .pydocs import python_api, python_view
+from ..contract.build import parse_default
+from ..contract.checks import check_default, cost_symbols
+from ..contract.errors import Collector
+from ..contract.loader import FUSED_OPS_FILE, load_contracts, parse_fused_ops
+from ..contract.model import ContractDoc, Default, FusedOpInfo, InputSpec, Kernel, ParamField
+from ..dtypes import DTYPES, policy
+from ..kernel_entry import KernelEntry
+from .cores import BINDINGS, CORE_SOURCES, CORES_FILE, INT_WORK, check_binding
+from .pydocs import PYTHON_API_FILE, PythonView, api_default, docstring_text, python_api, python_view
 
 # Layout checks run most specific first so the error names the clause that really failed.
 LAYOUT_ORDER = ("broadcast_stride0", "reverse_strides", "start_offset", "strided", "contiguous")
+PROSE_CHECKS_FILE = "fuel_cy/_prose_checks.py"  # its RULES are keyed by driver (checked: check_bindings)
 PARAM_HELPERS = {"f32": "param_f32", "f64": "param_f64", "bool": "param_bool",
                  "usize": "param_usize", "DynScalar": "param_usize"}
 
 
-def summary(description: str) -> str:
-    first = description.split("\n\n")[0].replace("\n", " ").strip()
-    m = re.match(r"(.+?\.)(\s|$)", first)
-    return (m.group(1) if m else first).strip()
+@dataclass(frozen=True)
+class ConstraintCheck:
+    """A shape or param constraint as the validator checks it."""
+
+    source: str  # the condition, in Cython
+    values: tuple[tuple[str, str], ...]  # (label, source) of each value the error message shows
+    guard: tuple[str, ...]  # the optional inputs it reads: it applies only when they are given
+    clause: str  # the contract clause, for the message
+
+
+@dataclass(frozen=True)
+class FastCheck:
+    """An input's typed fast check (fastcheck.pxi)."""
+
+    mask: str  # the FC_<dtype> bits it accepts
+    slots: tuple[int, ...]  # the dim-symbol slot of each axis
+
+
+@dataclass(frozen=True)
+class InputView:
+    name: str
+    index: int
+    optional: bool
+    dtypes: tuple[str, ...]
+    rank: int
+    dims: tuple[tuple[int, str], ...]  # (axis, dim symbol)
+    layout: tuple[tuple[str, str], ...]  # (layout key, policy) of each stated clause, most specific first
+    is_float: bool
+    line: int
+    fast: Optional[FastCheck]  # None: only the full checks can serve it
+    int_ctype: Optional[str]  # an integer input: the C and numpy types the driver reads it as
+    int_np: Optional[str]
+    constraint: Optional[ConstraintCheck]
+
+
+@dataclass(frozen=True)
+class ParamView:
+    name: str
+    kind: str
+    base_kind: str
+    optional: bool
+    helper: str  # the _validation function that checks its kind
+    default: Optional[str]  # Python source of its default in the signature; None: required
+    default_source: Optional[str]  # Cython source of a computed default (the caller passed None)
+    note: Optional[str]
+    clause: str
+    constraint: Optional[ConstraintCheck]
+    pytype: str  # its annotation in the .pyi stub
+
+
+@dataclass(frozen=True)
+class OutputView:
+    name: str
+    shape_src: str  # the input whose shape it has
+    dtype_src: str  # the input whose dtype it has
+
+
+@dataclass(frozen=True)
+class DTypeView:
+    """An element type T of a kernel, with the element policy its core entry runs under."""
+
+    code: str
+    tag: str  # policy.pxi's rounding tag
+    ctype: str  # C work type
+    npwork: str  # numpy work dtype
+    narrow: bool  # stored narrower than it is computed: widened in, rounded out
+    half: Optional[int]  # a 16-bit float: the half drivers' is_f16 argument
+
+
+@dataclass(frozen=True)
+class CostView:
+    """The cost formulas as Python source over `_s_<symbol>` locals and `shapes`."""
+
+    flops: str
+    bytes_moved: str
+    host_bytes: str
+    device_bytes: str
+    disk_bytes: str
+
+
+@dataclass(frozen=True)
+class KernelView:
+    """One contract kernel, everything the templates need decided."""
+
+    name: str
+    contract: str  # the contract file, relative to the checkout
+    line: int
+    revision_hash: str
+    provider: str
+    contract_title: str
+    inputs: tuple[InputView, ...]
+    params: tuple[ParamView, ...]
+    signature: str  # the dispatch stub's Python parameter list
+    float_inputs: tuple[str, ...]
+    outputs: tuple[OutputView, ...]
+    bundle: bool
+    dtypes: tuple[DTypeView, ...]  # the element types its core entries run for
+    driver: bool  # a core driver implements it (else its stub raises NotImplementedError)
+    driver_name: Optional[str]
+    half_prepare: Optional[str]
+    half_driver: Optional[str]
+    half_storage: tuple[str, ...]
+    driver_dim_refs: tuple[tuple[str, int], ...]  # (input, axis) of each dim the driver takes
+    dim_symbols: tuple[str, ...]  # every dim symbol of its inputs, in order of first use
+    fast: bool  # every input has a typed fast check
+    symbol_sources: tuple[tuple[str, str], ...]  # cost symbol -> Python source of its value
+    cost: CostView
+    py: PythonView  # in Python terms (python-api.yaml joined with the contract's facts)
+    docstring: str
+    entry: KernelEntry  # what the registry serves (fuel_cy/_generated/_tables.py)
+    kernel: Kernel = field(repr=False, compare=False)  # the model it was derived from
+
+
+@dataclass(frozen=True)
+class ProviderView:
+    contract: str  # the contract's file name
+    name: str
+    backend: str
+    kernel_source: str
+    link_registry: str
+    revision_base: str
+
+
+@dataclass(frozen=True)
+class Views:
+    """Every contract of a folder, as views."""
+
+    docs: tuple[ContractDoc, ...]
+    fused_ops: Mapping[str, FusedOpInfo]
+    kernels: tuple[KernelView, ...]  # in contract order
+    providers: tuple[ProviderView, ...]
 
 
 def revision_hash(doc: ContractDoc, kernel: Kernel, sources_digest: str) -> str:
@@ -43,7 +182,7 @@ def sources_digest(core_dir: Path, names: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-def _leaf_source(owner: str, params: set[str], kernel: Kernel):
+def _leaf_source(owner: str, kernel: Kernel):
     symbols = kernel.symbols
 
     def leaf(node: expr.Node) -> str:
@@ -70,8 +209,9 @@ def _leaves(c: expr.Constraint) -> list[expr.Node]:
     return out
 
 
-def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_inputs: set[str]) -> dict[str, Any]:
-    leaf = _leaf_source(owner, set(), kernel)
+def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_inputs: set[str],
+                     clause: str) -> ConstraintCheck:
+    leaf = _leaf_source(owner, kernel)
     if isinstance(c, expr.SameAs):
         source = f"{owner}.shape == {c.other}.shape"
         values = [(f"{owner}.shape", f"{owner}.shape"), (f"{c.other}.shape", f"{c.other}.shape")]
@@ -88,7 +228,7 @@ def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_in
             label = owner if isinstance(n, expr.SelfRef) else expr.node_str(n) if not isinstance(n, expr.DimRef) or n.tensor else f"{owner}.dim[{n.index}]"
             values.append((label, src))
             refs.add(src.split(".")[0])
-    return {"source": source, "values": values, "guard": sorted(r for r in refs if r in optional_inputs)}
+    return ConstraintCheck(source, tuple(values), tuple(sorted(r for r in refs if r in optional_inputs)), clause)
 
 
 # What a C-contiguous array that starts at its buffer's start is, under each layout clause: the
@@ -97,43 +237,40 @@ def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_in
 _FAST_LAYOUT_OK = {"contiguous": ("required", "accepted"), "strided": ("rejected", "accepted"),
                    "broadcast_stride0": ("rejected", "accepted"), "reverse_strides": ("rejected", "accepted"),
                    "start_offset": ("rejected", "accepted")}
-_FAST_DTYPE_BITS = {"F32": "FC_F32", "F64": "FC_F64", "BF16": "FC_BF16", "F16": "FC_F16", "U32": "FC_U32"}
+_FAST_DTYPE_BITS = {code: f"FC_{code}" for code in DTYPES}  # fastcheck.pxi's bit of each dtype
 
 
-def _fast_view(spec: InputSpec, layout: list[tuple[str, str]], symbols: list[str]) -> Optional[dict[str, Any]]:
+def _fast_check(spec: InputSpec, layout: tuple[tuple[str, str], ...], symbols: tuple[str, ...]) -> Optional[FastCheck]:
     """The typed fast check of one input (fastcheck.pxi), or None when only the full checks can serve it."""
     if any(policy not in _FAST_LAYOUT_OK.get(key, ()) for key, policy in layout):
         return None
     if any(d not in _FAST_DTYPE_BITS for d in spec.dtypes):
         return None
-    return {"mask": " | ".join(_FAST_DTYPE_BITS[d] for d in spec.dtypes),
-            "slots": [symbols.index(sym) for sym in spec.dims]}
+    return FastCheck(" | ".join(_FAST_DTYPE_BITS[d] for d in spec.dtypes), tuple(symbols.index(sym) for sym in spec.dims))
 
 
-def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str]) -> dict[str, Any]:
-    layout = [(key, spec.layout_policy(key)) for key in LAYOUT_ORDER if key in dict(spec.layout)]
-    view: dict[str, Any] = {
-        "name": spec.name, "index": idx, "optional": spec.optional, "dtypes": list(spec.dtypes),
-        "rank": spec.rank, "dims": list(enumerate(spec.dims)), "layout": layout,
-        "is_float": spec.is_float, "line": spec.loc.line,
-        "fast": _fast_view(spec, layout, _dim_symbols(kernel)),
-        "int_ctype": INT_WORK[spec.dtypes[0]][0] if not spec.is_float and spec.dtypes[0] in INT_WORK else None,
-        "int_np": INT_WORK[spec.dtypes[0]][1] if not spec.is_float and spec.dtypes[0] in INT_WORK else None,
-        "constraint": None,
-    }
+def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str], symbols: tuple[str, ...]) -> InputView:
+    layout = tuple((key, spec.layout_policy(key)) for key in LAYOUT_ORDER if key in dict(spec.layout))
+    integer = None if spec.is_float else INT_WORK.get(spec.dtypes[0])
+    constraint = None
     if spec.shape_constraint is not None:
-        check = constraint_check(spec.shape_constraint, spec.name, kernel, optional)
-        check["clause"] = f"accept.inputs[{idx}].shape_constraint {spec.shape_constraint_text!r}"
-        view["constraint"] = check
-    return view
+        constraint = constraint_check(spec.shape_constraint, spec.name, kernel, optional,
+                                      f"accept.inputs[{idx}].shape_constraint {spec.shape_constraint_text!r}")
+    return InputView(
+        name=spec.name, index=idx, optional=spec.optional, dtypes=spec.dtypes, rank=spec.rank,
+        dims=tuple(enumerate(spec.dims)), layout=layout, is_float=spec.is_float, line=spec.loc.line,
+        fast=_fast_check(spec, layout, symbols),
+        int_ctype=integer[0] if integer else None, int_np=integer[1] if integer else None,
+        constraint=constraint,
+    )
 
 
-def _dim_symbols(kernel: Kernel) -> list[str]:
+def _dim_symbols(kernel: Kernel) -> tuple[str, ...]:
     """Every dim symbol of the kernel's inputs, in order of first use."""
     out: list[str] = []
     for spec in kernel.inputs:
         out.extend(sym for sym in spec.dims if sym not in out)
-    return out
+    return tuple(out)
 
 
 def _pytype(base_kind: str, nullable: bool) -> str:
@@ -141,132 +278,218 @@ def _pytype(base_kind: str, nullable: bool) -> str:
     return f"Optional[{base}]" if nullable else base
 
 
-def _param_default(kernel: Kernel, f) -> Optional[str]:
-    """Python source of a param's default; None means the caller must pass it."""
-    if f.optional or f.base_kind == "bool":
-        return "None" if f.optional else "False"
-    if f.name == "softmax_scale":
-        return "None"  # documented: 1/sqrt(D), rounded to f32
-    if isinstance(f.constraint, expr.Equal) and isinstance(f.constraint.terms[0], expr.SelfRef):
-        return "None"  # defaults to the first term of its equality constraint (e.g. the pool's block_size)
-    return None
+def param_default(kernel: Kernel, f: ParamField, api: dict[str, Any], api_path: str) -> Optional[Default]:
+    """A param's default: the contract's `default:`, else fuel_cy's (python-api.yaml `default`,
+    checked here as the contract's own would be), else what the contract implies
+    (ParamField.implied_default); None: the caller must pass it."""
+    if f.default is not None:
+        return f.default
+    stated = api_default(api, kernel.name, f.name)
+    if stated is None:
+        return f.implied_default
+    value, line = stated
+    default, problem = parse_default(value)
+    problems = Collector()
+    keypath = f"params.{f.name}.default"
+    if problem:
+        problems.add(api_path, line, keypath, problem)
+    else:
+        assert default is not None
+        check_default(kernel, f, default, lambda msg: problems.add(api_path, line, keypath, f"for {kernel.name}: {msg}"))
+    problems.raise_if_any()
+    return default
 
 
-def kernel_view(doc: ContractDoc, kernel: Kernel, fused: dict[str, FusedOpInfo], digest: str,
-                contract_rel: str) -> dict[str, Any]:
-    optional = {i.name for i in kernel.inputs if i.optional}
-    inputs = [_input_view(kernel, i, spec, optional) for i, spec in enumerate(kernel.inputs)]
-    params = []
-    for f in kernel.op_params.fields:
-        default = _param_default(kernel, f)
-        p: dict[str, Any] = {
-            "name": f.name, "kind": f.kind, "base_kind": f.base_kind, "optional": f.optional,
-            "helper": PARAM_HELPERS[f.base_kind], "default": default, "note": f.note,
-            "clause": f"op_params.fields.{f.name}", "constraint": None, "default_source": None,
-            "pytype": _pytype(f.base_kind, default == "None"),
-        }
-        if f.name == "softmax_scale" and not f.optional:
-            lead = kernel.inputs[0]
-            p["default_source"] = f"_v.default_scale({lead.name}.shape[{lead.rank - 1}])"
-        elif default == "None" and not f.optional and f.constraint is not None:
-            term = f.constraint.terms[1]  # type: ignore[union-attr]
-            p["default_source"] = expr.to_source(term, _leaf_source(f.name, set(), kernel))
-        if f.constraint is not None:
-            check = constraint_check(f.constraint, f.name, kernel, optional)
-            check["clause"] = f"op_params.fields.{f.name}.constraint {f.constraint_text!r}"
-            p["constraint"] = check
-        params.append(p)
+# a computed default in Cython: the functions it may call, and the rounding to the param's kind
+_FUNCTION_SOURCES = {"sqrt": "_fc_sqrt", "max": "max"}  # _fc_sqrt: libc's, cimported by _kernels.pyx
+_KIND_CASTS = {"f32": "<float>", "f64": "<double>", "usize": "", "DynScalar": ""}
 
-    sig_inputs = [i.name + ("=None" if i.optional else "") for i in kernel.inputs]
-    sig_params = [p["name"] + ("" if p["default"] is None else "=" + p["default"]) for p in params]
-    signature = ", ".join(sig_inputs + (["*"] + sig_params if sig_params else []))
 
-    syms = sorted(cost_symbols(kernel))
-    symbol_sources = []
-    for s in syms:
+def _default_source(kernel: Kernel, f: ParamField, default: Default) -> str:
+    """Cython source that computes a computed default from the validated inputs."""
+    assert default.formula is not None
+    src = expr.to_source(default.formula.ast, _leaf_source(f.name, kernel), _FUNCTION_SOURCES.__getitem__)
+    cast = _KIND_CASTS[f.base_kind]
+    # to_source parenthesizes every operation, so a source that starts with "(" is one group
+    return f"{cast}{src}" if not cast or src.startswith("(") else f"{cast}({src})"
+
+
+def _param_view(kernel: Kernel, f: ParamField, optional: set[str], api: dict[str, Any], api_path: str) -> ParamView:
+    stated = param_default(kernel, f, api, api_path)
+    # a computed default is None in the signature: the validator computes it
+    default = None if stated is None else "None" if stated.computed else repr(stated.value)
+    constraint = None
+    if f.constraint is not None:
+        constraint = constraint_check(f.constraint, f.name, kernel, optional,
+                                      f"op_params.fields.{f.name}.constraint {f.constraint_text!r}")
+    return ParamView(
+        name=f.name, kind=f.kind, base_kind=f.base_kind, optional=f.optional,
+        helper=PARAM_HELPERS[f.base_kind], default=default,
+        default_source=_default_source(kernel, f, stated) if stated is not None and stated.computed else None,
+        note=f.note, clause=f"op_params.fields.{f.name}", constraint=constraint,
+        pytype=_pytype(f.base_kind, default == "None"),
+    )
+
+
+def _cost_source(formula: expr.Formula) -> str:
+    def leaf(node: expr.Node) -> str:
+        if isinstance(node, expr.Sym):
+            return f"_s_{node.name}"
+        if isinstance(node, expr.DimRef):
+            return f"shapes[{node.tensor!r}][{node.index}]"
+        raise ValueError(node)
+
+    return expr.to_source(formula.ast, leaf)
+
+
+def _symbol_sources(kernel: Kernel) -> tuple[tuple[str, str], ...]:
+    out = []
+    for s in sorted(cost_symbols(kernel)):
         if s in kernel.symbols:
             inp, axis = kernel.symbols[s]
-            symbol_sources.append((s, f"shapes[{inp!r}][{axis}]"))
+            out.append((s, f"shapes[{inp!r}][{axis}]"))
         elif s == "dtype_bytes":
-            symbol_sources.append((s, "dtype_bytes"))
+            out.append((s, "dtype_bytes"))
         else:
-            symbol_sources.append((s, f"params.get({s!r})"))
+            out.append((s, f"params.get({s!r})"))
+    return tuple(out)
 
-    def cost_src(formula: expr.Formula) -> str:
-        def leaf(node: expr.Node) -> str:
-            if isinstance(node, expr.Sym):
-                return f"_s_{node.name}"
-            if isinstance(node, expr.DimRef):
-                return f"shapes[{node.tensor!r}][{node.index}]"
-            raise ValueError(node)
-        return expr.to_source(formula.ast, leaf)
+
+def _formulas(kernel: Kernel) -> dict[str, expr.Formula]:
+    c = kernel.cost
+    return {"flops": c.flops, "bytes_moved": c.bytes_moved, "host_bytes": c.memory.host_bytes,
+            "device_bytes": c.memory.device_bytes, "disk_bytes": c.memory.disk_bytes}
+
+
+def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInfo], digest: str,
+                contract_rel: str, api: Optional[dict[str, Any]] = None) -> KernelView:
+    """The view of one kernel of `doc` (`contract_rel`: the contract's path in the checkout;
+    `api`: contracts/python-api.yaml, read from the contract's folder when not given)."""
+    api_dir = Path(doc.path).parent
+    if api is None:
+        api = python_api(api_dir)
+    api_path = str(api_dir / PYTHON_API_FILE)
+    optional = {i.name for i in kernel.inputs if i.optional}
+    symbols = _dim_symbols(kernel)
+    inputs = tuple(_input_view(kernel, i, spec, optional, symbols) for i, spec in enumerate(kernel.inputs))
+    params = tuple(_param_view(kernel, f, optional, api, api_path) for f in kernel.op_params.fields)
+    sig_inputs = [i.name + ("=None" if i.optional else "") for i in kernel.inputs]
+    sig_params = [p.name + ("" if p.default is None else "=" + p.default) for p in params]
+    signature = ", ".join(sig_inputs + (["*"] + sig_params if sig_params else []))
 
     info = fused.get(kernel.fused_op)
     binding = BINDINGS.get(kernel.name)
-    if binding is not None and not all(any(sym in spec.dims for spec in kernel.inputs) for sym in binding.dims):
-        binding = None  # the contract no longer has the dims the driver takes: stub it
     dim_source: dict[str, tuple[str, int]] = {}  # each dim symbol -> a required input's axis that has it
     for spec in kernel.inputs:
         for axis, sym in enumerate(spec.dims):
             if not spec.optional:
                 dim_source.setdefault(sym, (spec.name, axis))
-    outputs = [{"name": o.name, "shape_src": o.shape_source, "dtype_src": o.dtype_source}
-               for o in kernel.returns.items]
-    return {
-        "name": kernel.name, "blurb": kernel.blurb, "title": kernel.title,
-        "summary": summary(kernel.description), "description": kernel.description,
-        "contract": contract_rel, "contract_hash": doc.text_hash, "line": kernel.loc.line,
-        "revision_hash": revision_hash(doc, kernel, digest),
-        "fused_op": kernel.fused_op, "fused_op_id": kernel.fused_op_id if kernel.fused_op_id is not None else (info.id if info else None),
-        "backend": kernel.backend, "kernel_source": kernel.kernel_source, "entry_point": kernel.entry_point,
-        "inputs": inputs, "params": params, "signature": signature,
-        "float_inputs": [i["name"] for i in inputs if i["is_float"]],
-        "outputs": outputs, "bundle": kernel.returns.kind == "bundle",
-        "dtypes": [{"code": d, "tag": pol[0], "ctype": pol[1], "npwork": pol[2]}
-                   for d in kernel.float_dtypes
-                   for pol in [policy(kernel.precision.compute, d)] if pol is not None],
-        "compute": kernel.precision.compute,
-        "driver": binding is not None,
-        "driver_name": binding.driver if binding else None,
-        "half_prepare": binding.half_prepare if binding else None,
-        "half_driver": binding.half_driver if binding else None,
-        "half_storage": list(binding.half_storage) if binding else [],
-        "driver_dim_refs": [dim_source[s] for s in binding.dims if s in dim_source] if binding else [],
-        "symbol_sources": symbol_sources,
-        "cost": {
-            "flops": cost_src(kernel.cost.flops), "bytes_moved": cost_src(kernel.cost.bytes_moved),
-            "host_bytes": cost_src(kernel.cost.memory.host_bytes),
-            "device_bytes": cost_src(kernel.cost.memory.device_bytes),
-            "disk_bytes": cost_src(kernel.cost.memory.disk_bytes),
-        },
-        "cost_text": {
-            "flops": str(kernel.cost.flops), "bytes_moved": str(kernel.cost.bytes_moved),
-            "host_bytes": str(kernel.cost.memory.host_bytes),
-            "device_bytes": str(kernel.cost.memory.device_bytes),
-            "disk_bytes": str(kernel.cost.memory.disk_bytes),
-        },
-        "overhead_ns": kernel.cost.overhead_ns, "provenance": kernel.cost.provenance,
-        "exec_arm": info.exec_arm if info else None,
-        "exec_dtypes": list(info.exec_dtypes) if info else [],
-        "precision": {
-            "bit_stable_on_same_hardware": kernel.precision.bit_stable_on_same_hardware,
-            "max_ulp": kernel.precision.max_ulp, "max_relative": kernel.precision.max_relative,
-            "max_absolute": kernel.precision.max_absolute, "audited": kernel.precision.audited,
-            "notes": kernel.precision.notes,
-        },
-        "determinism": kernel.determinism,
-        "awkward_layout_strategy": kernel.caps.awkward_layout_strategy,
-        "dims": {spec.name: list(spec.dims) for spec in kernel.inputs},
-        "py": python_view(kernel, params, python_api(Path(doc.path).parent)),  # Python-facing docs
-        "dim_symbols": _dim_symbols(kernel),
-        "fast": all(i["fast"] is not None for i in inputs),
-    }
+    outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source) for o in kernel.returns.items)
+    dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half)
+                   for d in kernel.float_dtypes for pol in [policy(kernel.precision.compute, d)] if pol is not None)
+    revision = revision_hash(doc, kernel, digest)
+    formulas = _formulas(kernel)
+    p = kernel.precision
+    entry = KernelEntry(
+        name=kernel.name, contract=contract_rel, line=kernel.loc.line, fused_op=kernel.fused_op,
+        fused_op_id=kernel.fused_op_id if kernel.fused_op_id is not None else (info.id if info else None),
+        backend=kernel.backend, kernel_source=kernel.kernel_source, entry_point=kernel.entry_point,
+        revision_hash=revision, blurb=kernel.blurb, dtypes=tuple(d.code for d in dtypes),
+        exec_arm=info.exec_arm if info else None, exec_dtypes=info.exec_dtypes if info else (),
+        inputs=tuple(i.name for i in inputs), optional_inputs=tuple(i.name for i in inputs if i.optional),
+        dims={spec.name: spec.dims for spec in kernel.inputs}, params=tuple(f.name for f in params),
+        outputs=tuple(o.name for o in outputs), bundle=kernel.returns.kind == "bundle",
+        awkward_layout_strategy=kernel.caps.awkward_layout_strategy,
+        precision={f.name: getattr(p, f.name) for f in fields(p) if f.name != "compute"},  # the model's clause
+        determinism=kernel.determinism, compute=p.compute,
+        cost_formulas={key: str(f) for key, f in formulas.items()},
+        provenance=kernel.cost.provenance, overhead_ns=kernel.cost.overhead_ns, implemented=binding is not None,
+    )
+    py = python_view(kernel, params, api)
+    return KernelView(
+        name=kernel.name, contract=contract_rel, line=kernel.loc.line, revision_hash=revision,
+        provider=doc.provider.name, contract_title=doc.title,
+        inputs=inputs, params=params, signature=signature, float_inputs=tuple(i.name for i in inputs if i.is_float),
+        outputs=outputs, bundle=entry.bundle, dtypes=dtypes,
+        driver=binding is not None,
+        driver_name=binding.driver.name if binding else None,
+        half_prepare=binding.half_prepare if binding else None,
+        half_driver=binding.half_driver if binding else None,
+        half_storage=binding.half_storage if binding else (),
+        # (a dim on no required input: check_bindings refuses to generate; the docs do not need it)
+        driver_dim_refs=tuple(dim_source[s] for s in binding.dims if s in dim_source) if binding else (),
+        dim_symbols=symbols, fast=all(i.fast is not None for i in inputs),
+        symbol_sources=_symbol_sources(kernel),
+        cost=CostView(**{key: _cost_source(f) for key, f in formulas.items()}),
+        py=py, docstring=docstring_text(py, contract_rel, kernel.loc.line, revision),
+        entry=entry, kernel=kernel,
+    )
 
 
-def docstring(view: dict[str, Any]) -> str:
-    """NumPy-style docstring for a dispatch stub: Python types and a description of every argument
-    and returned array from contracts/python-api.yaml (``view["py"]``, built by
-    `pydocs.python_view`), the errors, the contract's location last."""
-    from .pydocs import docstring_text
+def build_views(contracts: Path, core: Path, root: Path, check_core: bool = True) -> Views:
+    """Every kernel of the contracts in `contracts` (with their fused-op table and
+    python-api.yaml) as views; `core` is the hand-written core (its sources are part of each
+    revision hash) and `root` the checkout, that contract paths are shown relative to.
+    `check_core`: check that each bound kernel's contract still fits its driver (check_bindings),
+    as generating code needs; the documentation describes the contracts alone.
+    Raises ContractError, listing every problem, before anything is derived from a bad contract."""
+    docs = load_contracts(contracts)
+    if check_core:
+        check_bindings([k for d in docs for k in d.kernels], root / PROSE_CHECKS_FILE)
+    table = contracts / FUSED_OPS_FILE
+    fused = parse_fused_ops(table.read_text(encoding="utf-8"), str(table))
+    digest = sources_digest(core, CORE_SOURCES)
+    api = python_api(contracts)
+    kernels = []
+    for doc in docs:
+        rel = Path(doc.path).resolve().relative_to(root.resolve()).as_posix()
+        kernels += [kernel_view(doc, kernel, fused, digest, rel, api) for kernel in doc.kernels]
+    providers = tuple(ProviderView(Path(d.path).name, d.provider.name, d.provider.backend, d.provider.kernel_source,
+                                   d.provider.link_registry, d.provider.revision_base) for d in docs)
+    return Views(tuple(docs), fused, tuple(kernels), providers)
 
-    return docstring_text(view)
+
+
+def check_bindings(kernels: list[Kernel], prose_checks: Path) -> None:
+    """The contract of each kernel BINDINGS binds to a driver still fits that driver
+    (cores.check_binding), and every key of `prose_checks`' RULES (read, not imported: it needs
+    numpy) names a bound driver.  Raises ContractError listing every misfit."""
+    problems = Collector()
+    for k in kernels:
+        binding = BINDINGS.get(k.name)
+        if binding is None:
+            continue
+        lines = {"accept.inputs": k.inputs[0].loc.line if k.inputs else k.loc.line,
+                 "return": k.returns.items[0].loc.line if k.returns.items else k.loc.line,
+                 "op_params.fields": k.op_params.fields[0].loc.line if k.op_params.fields else k.loc.line}
+
+        def report(keypath: str, message: str, k: Kernel = k, lines: dict[str, int] = lines) -> None:
+            problems.add(k.loc.path, lines.get(keypath, k.loc.line), f"{k.name}.{keypath}", message)
+
+        check_binding(k, binding, report)
+    drivers = sorted({b.driver.name for b in BINDINGS.values()})
+    for key, line in _rule_keys(prose_checks):
+        if key not in drivers:
+            problems.add(str(prose_checks), line, f"RULES[{key!r}]",
+                         f"keys are driver names of {CORES_FILE} BINDINGS ({', '.join(drivers)}); {key!r} is none")
+    problems.raise_if_any()
+
+
+def _rule_keys(path: Path) -> list[tuple[str, int]]:
+    """The string keys of the module-level `RULES = {...}` in `path`, with their lines ([] when the
+    file is absent, as in a bare contracts checkout)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except OSError:
+        return []
+    for node in tree.body:
+        targets: list[ast.expr]
+        if isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "RULES" for t in targets) and isinstance(value, ast.Dict):
+            return [(k.value, k.lineno) for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return []

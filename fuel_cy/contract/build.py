@@ -11,11 +11,12 @@ from typing import Any, Callable, Iterable, Optional
 from . import expr
 from .errors import Collector, suggest
 from .model import (
-    Caps, Cost, Fdx, FastPath, Gather, InputSpec, Kernel, Location, Memory, OpParams, Output,
+    Caps, Cost, Default, Fdx, FastPath, Gather, InputSpec, Kernel, Location, Memory, OpParams, Output,
     ParamField, Precision, Returns,
 )
 from .recover import is_indented, reindent, split_comment
-from .schema import BLOCK, COMPUTE_MODES, DTYPES, LAYOUT_KEYS, LAYOUT_POLICIES, PARAM_KINDS
+from ..dtypes import DTYPES
+from .schema import BLOCK, COMPUTE_MODES, LAYOUT_KEYS, LAYOUT_POLICIES, PARAM_KINDS
 from .yamlload import LDict, YamlProblem, load
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -26,6 +27,7 @@ _FUSED_ID_COMMENT = re.compile(r"FusedOpId\((\d+)\)")
 _OPTION = re.compile(r"Option<\s*([A-Za-z0-9_]+)\s*>\Z")
 _KERNEL_LINE = re.compile(r"kernel:[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:#.*)?\Z")
 MISSING = object()
+_ABSENT = object()  # an optional key that is not there (where None is a value: `default: ~`)
 
 
 class Reader:
@@ -386,13 +388,33 @@ def _op_params(top: Reader, ctx: BlockContext) -> OpParams:
                 f.error("kind", f"param kind {kind!r} is not one of {PARAM_KINDS} (optionally Option<...>)")
             note = f.string("note", None)
             constraint, ctext = _parse_constraint(f, "constraint")
-            f.take("default", lambda v: True, "", None)
+            default = None
+            value = f.take("default", lambda v: True, "", _ABSENT)
+            if value is not _ABSENT:
+                default, problem = parse_default(value)
+                if problem:
+                    f.error("default", problem)
             f.finish()
             fields.append(ParamField(key, kind, base, m is not None, note, constraint, ctext,
-                                     Location(ctx.path, line)))
+                                     Location(ctx.path, line), default))
         fr.finish()
     r.finish()
     return OpParams(variant, tuple(fields))
+
+
+def parse_default(value: Any) -> tuple[Optional[Default], Optional[str]]:
+    """A `default:` value as written -> (Default, None), or (None, what is wrong with it).
+    A number, true/false or ~ is a literal; a string is a formula over the inputs' dims (which
+    may call sqrt and max), computed when the caller passes None."""
+    if value is None or isinstance(value, (bool, int, float)):
+        text = "~" if value is None else "true" if value is True else "false" if value is False else str(value)
+        return Default(value, text=text), None
+    if isinstance(value, str):
+        try:
+            return Default(formula=expr.Formula.parse(value, calls=True), text=value), None
+        except expr.ExprError as exc:
+            return None, f"invalid default: {exc}"
+    return None, f"expected a number, true/false, ~ or a formula string, found {_show(value)}"
 
 
 def _returns(top: Reader) -> Returns:

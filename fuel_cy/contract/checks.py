@@ -1,13 +1,14 @@
 """Cross-entry checks that run after every block has been built (a separate pass)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional
 
 from . import expr
 from .errors import Collector
-from .model import FusedOpInfo, InputSpec, Kernel
-from .schema import FLOAT_DTYPES
+from .model import Default, FusedOpInfo, InputSpec, Kernel, ParamField
+from ..dtypes import FLOAT_CODES
 
 
 def cost_symbols(kernel: Kernel) -> set[str]:
@@ -102,7 +103,7 @@ def _check_inputs(k: Kernel, bad: _Failed, known: _Known, add: AddFn) -> None:
             for role in (spec.fdx.gather.block_table, spec.fdx.gather.context_lens):
                 if role not in known.ranks:
                     add(spec.loc.line, kp + ".fdx.gather", f"gather role {role!r} names no input")
-        if not spec.is_float and any(d in FLOAT_DTYPES for d in spec.dtypes) and not bad(kp + ".dtypes"):
+        if not spec.is_float and any(d in FLOAT_CODES for d in spec.dtypes) and not bad(kp + ".dtypes"):
             add(spec.loc.line, kp + ".dtypes", "an input mixes float and integer dtypes")
     # T is what every float input accepts, so it is only checkable when every dtypes list was read
     readable = not bad("accept.inputs") and not any(
@@ -136,6 +137,47 @@ def _check_params(k: Kernel, known: _Known, add: AddFn) -> None:
                 add(f.loc.line, keypath, "same_as is for inputs, not params")
             for node in expr.constraint_nodes(f.constraint):
                 _check_node(node, k, known, 0, True, add, f.loc.line, keypath)
+        if f.default is not None:
+            _check_default(k, f, f.default, known, lambda msg: add(f.loc.line, f"op_params.fields.{f.name}.default", msg))
+
+
+_INTEGER_KINDS = ("usize", "DynScalar")
+
+
+def check_default(k: Kernel, f: ParamField, default: Default, report: Callable[[str], None]) -> None:
+    """Check a default for param ``f`` of the (fully read) kernel ``k``, wherever it is stated;
+    ``report`` receives each problem's message."""
+    _check_default(k, f, default, _Known.of(k, _Failed((), k.name)), report)
+
+
+def _check_default(k: Kernel, f: ParamField, d: Default, known: _Known, report: Callable[[str], None]) -> None:
+    kind = f.kind
+    if not d.computed:
+        v = d.value
+        if v is None:
+            if not f.optional:
+                report(f"~ (None) is a default of an Option<...> param only, not of kind {kind!r}")
+        elif f.base_kind == "bool":
+            if not isinstance(v, bool):
+                report(f"expected true or false for kind {kind!r}, found {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            report(f"expected a number for kind {kind!r}, found {v!r}")
+        elif f.base_kind in _INTEGER_KINDS and (not isinstance(v, int) or v < 0):
+            report(f"expected an integer >= 0 for kind {kind!r}, found {v!r}")
+        elif not math.isfinite(v):
+            report(f"expected a finite number for kind {kind!r}, found {v!r}")
+        return
+    assert d.formula is not None
+    if f.optional:
+        report(f"a computed default needs None to mean 'compute it', but None is a value of {kind!r}: "
+               "state a literal")
+    elif f.base_kind == "bool":
+        report(f"expected true or false for kind {kind!r}, found the formula {d.text!r}")
+    elif f.base_kind in _INTEGER_KINDS and any(
+            (isinstance(n, expr.BinOp) and n.op == "/") or (isinstance(n, expr.Call) and n.fn == "sqrt")
+            for n in expr.walk(d.formula.ast)):
+        report(f"a {kind} default is an integer: no '/' or sqrt in {d.text!r}")
+    _check_node(d.formula.ast, k, known, None, True, lambda line, keypath, msg: report(msg), 0, "")
 
 
 def _check_costs(k: Kernel, bad: _Failed, known: _Known, add: AddFn) -> None:

@@ -7,16 +7,20 @@ Contract text never reaches ``eval``: it is tokenized, parsed into a tiny AST an
     expr       := term (("+" | "-") term)*
     term       := unary (("*" | "/") unary)*
     unary      := "-" unary | atom
-    atom       := NUMBER | dimref | SYMBOL | "(" expr ")"
+    atom       := NUMBER | dimref | SYMBOL | call | "(" expr ")"
     dimref     := [INPUT "."] "dim" "[" INT "]"
+    call       := ("sqrt" | "max") "(" expr ("," expr)* ")"   # param defaults only
     constraint := "same_as" "=" INPUT
                 | "divisible" "(" expr "," expr ")"
                 | [expr] ("==" | "=") expr (("==" | "=") expr)*   # a leading "==" means "self"
 
-``str(parse(x))`` is a normalized spelling that parses back to an equal AST.
+``str(parse(x))`` is a normalized spelling that parses back to an equal AST.  Calls of the
+whitelisted FUNCTIONS are accepted only where the caller asks (a param's computed default, e.g.
+``1 / sqrt(max(d, 1))``); shape constraints and cost formulas have none.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, Union
@@ -67,7 +71,21 @@ class SelfRef:
     """The value the constraint is attached to (an op param)."""
 
 
-Node = Union[Num, Sym, DimRef, BinOp, Neg, SelfRef]
+@dataclass(frozen=True)
+class Call:
+    """``fn(args)`` for a name in FUNCTIONS (parsed only where calls are allowed)."""
+
+    fn: str
+    args: tuple["Node", ...]
+
+
+Node = Union[Num, Sym, DimRef, BinOp, Neg, SelfRef, Call]
+
+FUNCTIONS: Mapping[str, tuple[int, Callable[..., Union[int, float]]]] = {
+    "sqrt": (1, math.sqrt),
+    "max": (2, max),
+}
+"""The functions a param default may call: name -> (arity, what it computes)."""
 
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 
@@ -81,6 +99,8 @@ def node_str(node: Node, parent_prec: int = 0, right_side: bool = False) -> str:
         return f"{node.tensor}.dim[{node.index}]" if node.tensor else f"dim[{node.index}]"
     if isinstance(node, SelfRef):
         return ""
+    if isinstance(node, Call):
+        return f"{node.fn}({', '.join(node_str(a) for a in node.args)})"
     if isinstance(node, Neg):
         return "-" + node_str(node.operand, 3)
     prec = _PREC[node.op]
@@ -98,6 +118,9 @@ def walk(node: Node):
         yield from walk(node.right)
     elif isinstance(node, Neg):
         yield from walk(node.operand)
+    elif isinstance(node, Call):
+        for arg in node.args:
+            yield from walk(arg)
 
 
 def evaluate(node: Node, env: Callable[[Node], Union[int, float]]) -> Union[int, float]:
@@ -108,6 +131,8 @@ def evaluate(node: Node, env: Callable[[Node], Union[int, float]]) -> Union[int,
         return env(node)
     if isinstance(node, Neg):
         return -evaluate(node.operand, env)
+    if isinstance(node, Call):
+        return FUNCTIONS[node.fn][1](*(evaluate(a, env) for a in node.args))
     left, right = evaluate(node.left, env), evaluate(node.right, env)
     if node.op == "+":
         return left + right
@@ -120,19 +145,23 @@ def evaluate(node: Node, env: Callable[[Node], Union[int, float]]) -> Union[int,
     return left / right
 
 
-def to_source(node: Node, leaf: Callable[[Node], str]) -> str:
-    """Re-emit as a Python/Cython expression; leaves come from ``leaf`` (trusted strings)."""
+def to_source(node: Node, leaf: Callable[[Node], str], function: Callable[[str], str] = str) -> str:
+    """Re-emit as a Python/Cython expression; leaves come from ``leaf`` and the names of called
+    functions from ``function`` (trusted strings)."""
     if isinstance(node, Num):
         return repr(node.value)
     if isinstance(node, (Sym, DimRef, SelfRef)):
         return leaf(node)
+    if isinstance(node, Call):
+        return f"{function(node.fn)}({', '.join(to_source(a, leaf, function) for a in node.args)})"
     if isinstance(node, Neg):
-        return f"(-{to_source(node.operand, leaf)})"
-    return f"({to_source(node.left, leaf)} {node.op} {to_source(node.right, leaf)})"
+        return f"(-{to_source(node.operand, leaf, function)})"
+    return f"({to_source(node.left, leaf, function)} {node.op} {to_source(node.right, leaf, function)})"
 
 
 class _Parser:
-    def __init__(self, text: str):
+    def __init__(self, text: str, calls: bool = False):
+        self.calls = calls  # FUNCTIONS may be called
         if not isinstance(text, str):
             raise ExprError(f"expected a string, got {type(text).__name__}")
         if len(text) > MAX_FORMULA_CHARS:
@@ -219,11 +248,27 @@ class _Parser:
                     raise ExprError(f"only '.dim[i]' attribute access is allowed, found '.{attr}' in {self.text!r}")
                 return DimRef(value, self.dim_index())
             if self.peek()[1] == "(":
-                raise ExprError(f"calls are not allowed in formulas ({value!r}) in {self.text!r}")
+                if not self.calls:
+                    raise ExprError(f"calls are not allowed in formulas ({value!r}) in {self.text!r}")
+                return self.call(value)
             if value.startswith("__"):
                 raise ExprError(f"dunder names are not allowed ({value!r})")
             return Sym(value)
         raise ExprError(f"unexpected {value or 'end of text'!r} in {self.text!r}")
+
+    def call(self, name: str) -> Node:
+        if name not in FUNCTIONS:
+            raise ExprError(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)}) in {self.text!r}")
+        self.take("(")
+        args = [self.expr()]
+        while self.peek()[1] == ",":
+            self.take(",")
+            args.append(self.expr())
+        self.take(")")
+        arity = FUNCTIONS[name][0]
+        if len(args) != arity:
+            raise ExprError(f"{name}() takes {arity} argument{'s' if arity > 1 else ''}, found {len(args)} in {self.text!r}")
+        return Call(name, tuple(args))
 
 
 @dataclass(frozen=True)
@@ -233,12 +278,13 @@ class Formula:
     ast: Node
 
     @classmethod
-    def parse(cls, text: Union[str, int, float]) -> "Formula":
+    def parse(cls, text: Union[str, int, float], calls: bool = False) -> "Formula":
+        """``calls``: accept calls of FUNCTIONS (a param's computed default)."""
         if isinstance(text, bool):
             raise ExprError("a formula cannot be a boolean")
         if isinstance(text, (int, float)):
             text = str(text)
-        p = _Parser(text)
+        p = _Parser(text, calls)
         if not p.tokens:
             raise ExprError("empty formula")
         node = p.expr()

@@ -11,7 +11,8 @@ from .errors import Collector, ContractError
 from .files import FUSED_OPS_FILE, contract_files, default_contracts_dir, text_hash  # noqa: F401 (re-exported)
 from .model import ContractDoc, FusedOpInfo, Kernel, Provider
 from .recover import is_indented, reindent
-from .schema import DTYPES, FRONT_MATTER
+from ..dtypes import DTYPES
+from .schema import FRONT_MATTER
 from .yamlload import YamlProblem, load
 
 MAX_FILE_BYTES = 2_000_000

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
-from .expr import Constraint, Formula
+from ..dtypes import FLOAT_CODES
+from .expr import Constraint, Equal, Formula, SelfRef
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,25 @@ class InputSpec:
 
     @property
     def is_float(self) -> bool:
-        return all(d in ("F32", "F64", "BF16", "F16") for d in self.dtypes)
+        return all(d in FLOAT_CODES for d in self.dtypes)
+
+
+Literal = Union[bool, int, float, None]
+
+
+@dataclass(frozen=True)
+class Default:
+    """A param's value when the caller leaves it out: a literal (a number, true/false, or ~ for
+    None), or a formula over the inputs' dims that is computed at call time, rounded to the
+    param's kind (e.g. ``1 / sqrt(max(d, 1))``; the caller may pass None for it)."""
+
+    value: Literal = None
+    formula: Optional[Formula] = None
+    text: str = ""  # as written (or derived)
+
+    @property
+    def computed(self) -> bool:
+        return self.formula is not None
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,19 @@ class ParamField:
     constraint: Optional[Constraint]
     constraint_text: Optional[str]
     loc: Location = _loc()
+    default: Optional[Default] = None  # the contract's `default:`, when it states one
+
+    @property
+    def implied_default(self) -> Optional[Default]:
+        """The default the contract implies when it states none: None for an ``Option<...>``
+        kind; for a param constrained equal to other values (``== k_cache.dim[1] == ...``), the
+        first of them."""
+        if self.optional:
+            return Default(None, text="~")
+        if isinstance(self.constraint, Equal) and isinstance(self.constraint.terms[0], SelfRef):
+            formula = Formula(self.constraint.terms[1])
+            return Default(formula=formula, text=str(formula))
+        return None
 
 
 @dataclass(frozen=True)

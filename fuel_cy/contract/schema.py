@@ -79,12 +79,7 @@ PROVIDER = MapNode({
 })
 FRONT_MATTER = MapNode({"fkc_version": None, "provider": PROVIDER})
 
-# Contract dtype vocabulary -> numpy dtype names (bf16 comes from ml_dtypes).
-DTYPES: Mapping[str, str] = {
-    "F32": "float32", "F64": "float64", "BF16": "bfloat16", "F16": "float16", "U32": "uint32",
-}
-FLOAT_DTYPES = ("F32", "F64", "BF16", "F16")
-DTYPE_BYTES: Mapping[str, int] = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "U32": 4}
+# The dtype vocabulary (`dtypes:` of an input, `exec_dtypes` of a fused op) is fuel_cy.dtypes.DTYPES.
 LAYOUT_POLICIES = ("required", "rejected", "accepted")
 PARAM_KINDS = ("f32", "f64", "bool", "usize", "DynScalar")
 # precision.compute: "T" (the default, as the seed's kernels: every step in the element type) or

@@ -1,0 +1,66 @@
+"""What the registry knows of a kernel: one record type, shared by the code generator and the
+runtime.  Codegen derives each kernel's KernelEntry from the contract model once
+(codegen/view.py) and writes it into fuel_cy/_generated/_tables.py as this constructor call;
+fuel_cy.registry links each to its compiled function.  Standard library only (it is read at
+`import fuel_cy`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Optional
+
+from .dtypes import DTYPES, DType
+
+
+def _unlinked(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("this KernelEntry is not linked to its compiled function (use fuel_cy.registry's)")
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """What the contract says about a kernel, plus the compiled callable."""
+
+    name: str
+    contract: str  # the contract file, relative to the checkout (contracts/<file>.md)
+    line: int  # of the kernel's fkc block in it
+    fused_op: str
+    fused_op_id: Optional[int]
+    backend: str
+    kernel_source: str
+    entry_point: str
+    revision_hash: str
+    blurb: str
+    dtypes: tuple[str, ...]  # element types T it runs for: codes of fuel_cy.dtypes.DTYPES
+    exec_arm: Optional[str]
+    exec_dtypes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    optional_inputs: tuple[str, ...]
+    dims: Mapping[str, tuple[str, ...]]  # input name -> the contract's dim symbols, e.g. q -> (B, Hq, Sq, D)
+    params: tuple[str, ...]
+    outputs: tuple[str, ...]
+    bundle: bool
+    awkward_layout_strategy: str
+    precision: Mapping[str, Any]  # the contract's precision clause (compute apart)
+    determinism: str
+    compute: str  # "T": math in the element type; "f32": float32 math, outputs rounded once to T
+    cost_formulas: Mapping[str, str]  # cost quantity -> the contract's formula, normalized
+    provenance: str
+    overhead_ns: Optional[float]
+    implemented: bool  # a core driver serves it (else calling it raises NotImplementedError)
+    fn: Callable[..., Any] = field(default=_unlinked, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("dims", "precision", "cost_formulas"):  # read-only, like the rest
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+
+    @property
+    def dtype_records(self) -> tuple[DType, ...]:
+        """The dtype records of `dtypes`."""
+        return tuple(DTYPES[code] for code in self.dtypes)
+
+    @property
+    def exec_wired(self) -> bool:
+        """True when the oracle's executor routes this kernel's fused op to it."""
+        return self.exec_arm == self.name
