@@ -5,8 +5,8 @@
   fuel_cy._generated._core_<L>    the attention core, once per CPU level   the level's flags
 
 The baseline is the compiler's default target (no -march), so `import fuel_cy` works on any CPU of
-the architecture; fuel_cy.cpu then loads the fastest level the CPU supports.  Levels are listed in
-fuel_cy/cpu_levels.py.  Environment switches (documented in the README):
+the architecture; fuel_cy.runtime.cpu then loads the fastest level the CPU supports.  Levels are
+listed in fuel_cy/runtime/cpu_levels.py.  Environment switches (documented in the README):
 
   FUEL_CY_CPU_LEVELS=a,b  compile only these levels (quick local builds; wheels carry all)
   FUEL_CY_NATIVE=1        add a `native` level (-march=native) for this machine only
@@ -45,17 +45,19 @@ SOURCE_PACKAGE = "_fuel_cy_source"
 
 
 def _source_module(name: str) -> types.ModuleType:
-    """A pure-Python module of this checkout's fuel_cy/ (codegen, cpu_levels), imported by path.
+    """A pure-Python module of this checkout's fuel_cy/ (codegen, runtime.cpu_levels), imported by path.
 
     The build runs before fuel_cy is installed (a fresh clone, an sdist), and `import fuel_cy`
     would be wrong even when it works: it could find another installed copy, and the package's
     __init__ loads the compiled extension that this build replaces -- from a tree that may no
     longer match it (after a contract gains a kernel, the old extension lacks it and the import
-    fails).  The generator needs none of that: fuel_cy.codegen, fuel_cy.contract and
-    fuel_cy.cpu_levels use only the standard library, Jinja2 and PyYAML.  So fuel_cy/ is opened
-    under a private package name whose __init__ is never executed (the module object only lends
-    its __path__ to the import system); the modules' relative imports (`..contract`) resolve
-    inside it, and the name `fuel_cy` is never touched, so nothing needs restoring afterwards.
+    fails).  The generator needs none of that: fuel_cy.codegen, fuel_cy.contract and the two
+    data modules of fuel_cy.runtime it reads (cpu_levels, kernel_entry) use only the standard
+    library, Jinja2 and PyYAML.  So fuel_cy/ is opened under a private package name whose __init__
+    is never executed (the module object only lends its __path__ to the import system); the
+    modules' relative imports (`..contract`, `..runtime.cpu_levels`) resolve inside it, and the
+    name `fuel_cy` is never touched, so nothing needs restoring afterwards.  The layer packages'
+    own __init__ files do run, which is why fuel_cy/runtime/__init__.py imports nothing.
     """
     if SOURCE_PACKAGE not in sys.modules:
         spec = importlib.util.spec_from_file_location(SOURCE_PACKAGE, ROOT / "fuel_cy" / "__init__.py",
@@ -190,7 +192,7 @@ def extensions() -> list:
 
     _source_module("codegen.generate").generate_all(ROOT)
     sources = _source_module("codegen.buildinfo").compiled_sources(ROOT)
-    cpu_levels = _source_module("cpu_levels")
+    cpu_levels = _source_module("runtime.cpu_levels")
     base = base_flags()
     omp_c = ["-fopenmp"] if base["openmp"] else []
     omp_l = ["-fopenmp"] if base["openmp"] else []

@@ -10,7 +10,7 @@ import warnings
 
 from .errors import ContractError, CpuCapabilityError, InputError, StaleBuildWarning
 
-from ._threads import get_num_threads, set_num_threads
+from .runtime._threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"  # pyproject.toml's [project] version, stated again (tests/test_cli.py checks they agree)
 
@@ -30,7 +30,7 @@ def _rebuild_message() -> str:
 try:
     from ._generated import _kernels as _ext  # noqa: F401  (the import is the check; it picks the CPU level)
     from ._generated import _tables
-    from . import registry as _registry  # noqa: F401  (built from the tables: stale ones fail here)
+    from .runtime import registry as _registry  # noqa: F401  (built from the tables: stale ones fail here)
 except (ImportError, CpuCapabilityError, KeyError) as _exc:
     # Keep the pure-Python layers (contract, codegen, cli) importable so `fuel-cy build` can
     # repair the install and the CLI can say what is wrong; everything compiled raises instead:
@@ -46,9 +46,9 @@ else:
     _BUILD_ERROR = None
     from ._generated._kernels import *  # noqa: F401,F403  (the contract's kernels)
     from ._generated._kernels import __all__ as _kernel_names
-    from .cost import CostReport, cost
-    from .dispatch import Plan, dispatch, plan
-    from .registry import ENTRY_POINTS, FUSED_OPS, KernelEntry, registry
+    from .runtime.cost import CostReport, cost
+    from .runtime.dispatch import Plan, dispatch, plan
+    from .runtime.registry import ENTRY_POINTS, FUSED_OPS, KernelEntry, registry
 
 
 
@@ -62,8 +62,8 @@ def build_info() -> dict:
     """
     import copy
 
-    from . import cpu
     from ._generated._build_info import BUILD_INFO
+    from .runtime import cpu
 
     info = copy.deepcopy(BUILD_INFO)
     info["cpu_capability"] = cpu.capability()

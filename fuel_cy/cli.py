@@ -16,7 +16,7 @@ from .contract import ContractError, load_contract
 from .contract.loader import contract_files, default_contracts_dir
 from .dtypes import DTYPES, FLOAT_CODES
 from .errors import UsageError
-from .tables import format_table
+from .harness.tables import format_table
 
 OK, PROBLEMS, USAGE = 0, 1, 2
 
@@ -316,7 +316,7 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     unknown = set(shapes) - set(entry.inputs)
     if unknown:
         raise UsageError(f"{ns.kernel} has no input {sorted(unknown)[0]!r} (inputs: {', '.join(entry.inputs)})")
-    from .cost import check_shapes
+    from .runtime.cost import check_shapes
 
     dtype = _dtype_arg(ns.dtype, ns.kernel)
     check_shapes(ns.kernel, shapes, dtype)  # the kernel's own checks and messages: InputError, exit 2
@@ -337,7 +337,7 @@ def cmd_cost(ns: argparse.Namespace) -> int:
 # ---- run / demo --------------------------------------------------------------------------------
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from .runner import RunSpec, run_kernel
+    from .harness.runner import RunSpec, run_kernel
 
     window = None
     if ns.window:
@@ -355,7 +355,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-    from .runner import demo
+    from .harness.runner import demo
 
     print(_level_line())
     ok = demo(progress=_status, json_out=ns.json)
@@ -378,8 +378,8 @@ def _level_line() -> str:
 def cmd_bench(ns: argparse.Namespace) -> int:
     import os
 
-    from . import bench_levels
-    from .cpu_levels import ENV_CAPABILITY
+    from .harness import bench_levels
+    from .runtime.cpu_levels import ENV_CAPABILITY
 
     if ns.level_json:  # the child process of --cpu-capability all: one level, as JSON
         Path(ns.level_json).write_text(json.dumps(bench_levels.measure_this_level(progress=_status)))
@@ -392,14 +392,14 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         argv = ["bench", *(["--quick"] if ns.quick else []), *(["--json", ns.json] if ns.json else []),
                 *(["--plot", ns.plot] if ns.plot else []), "--cpu-capability", level]
         return bench_levels.rerun_at_level(level, argv)
-    from .bench import main as bench_main
+    from .harness.bench import main as bench_main
 
     print(_level_line())
     return bench_main(quick=ns.quick, json_out=ns.json, plot=ns.plot, progress=_status)
 
 
 def cmd_calibrate(ns: argparse.Namespace) -> int:
-    from .bench import calibrate
+    from .harness.bench import calibrate
 
     return calibrate(quick=ns.quick, progress=_status)
 

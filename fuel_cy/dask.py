@@ -36,7 +36,7 @@ import dask.array as da
 import numpy as np
 
 import fuel_cy
-from fuel_cy.registry import KernelEntry, registry
+from fuel_cy.runtime.registry import KernelEntry, registry
 
 Result = Union[da.Array, tuple[da.Array, ...]]
 

@@ -41,5 +41,5 @@ class UsageError(Exception):
     """A request that names something the kernel or the tool does not have (an unknown kernel, an
     option a kernel lacks, a malformed shape): `fuel-cy` reports it on stderr with exit code 2.
 
-    Raised by the library layers the command line drives (`fuel_cy.runner`), so it lives here,
-    below the CLI, rather than in `fuel_cy.cli`."""
+    Raised by the library layers the command line drives (`fuel_cy.harness.runner`), so it lives
+    here, below the CLI, rather than in `fuel_cy.cli`."""

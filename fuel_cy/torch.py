@@ -24,7 +24,7 @@ from . import _generated
 from .contract.loader import load_contracts
 from .contract.model import Kernel
 from .errors import InputError
-from .registry import registry
+from .runtime.registry import registry
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _PARAM_TYPES: dict[str, type] = {"f32": float, "f64": float, "bool": bool}  # usize, DynScalar: int

@@ -19,7 +19,7 @@ F = np.float32
 
 
 def f32_exp(x):
-    from fuel_cy.cpu import core
+    from fuel_cy.runtime.cpu import core
 
     return F(core()._test_expf(np.array([x], np.float32))[0])
 
@@ -151,7 +151,7 @@ def paged(code, q, kc, vc, table, lens, alibi, scale, softcap=None):
 #            i in order; dK = R(scale * dK)
 
 def _f32_exp_v(x):
-    from fuel_cy.cpu import core
+    from fuel_cy.runtime.cpu import core
 
     x = np.ascontiguousarray(x, np.float32)
     return core()._test_expf(x.reshape(-1)).reshape(x.shape)

@@ -18,8 +18,8 @@ def rel(out, expected) -> float:
 
 # The tests' own accuracy bounds against the float64 reference, as max |out - ref| / max |ref|
 # (rel above).  They are the numbers the Precision page documents; test_tolerance.py checks that
-# fuel_cy.tolerance (which the CLI and the page use) states the same, so a loosened package bound
-# cannot loosen the tests.
+# fuel_cy.harness.tolerance (which the CLI and the page use) states the same, so a loosened package
+# bound cannot loosen the tests.
 #   f64 1e-12 (backward 1e-10), f32 2e-5 (backward 1e-4): a few hundred ulps of the longest sums.
 #   bf16/f16 "math in T": every step rounds, and rounding errors of independent steps add like a
 #   random walk over the D products of a dot and the Sk terms of a sum: c * u * sqrt(D + Sk), u the

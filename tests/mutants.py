@@ -105,7 +105,7 @@ def run(name: str, edits: list[tuple[str, str, str]], level: str) -> tuple[bool,
 
 
 def main(argv: list[str]) -> int:
-    from fuel_cy import cpu
+    from fuel_cy.runtime import cpu
 
     level = cpu.capability()
     chosen = argv or list(MUTANTS)

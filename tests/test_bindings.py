@@ -18,7 +18,8 @@ def _checkout(tmp_path, prose_checks: str | None = None):
     (tmp_path / "fuel_cy" / "_core").symlink_to(ROOT / "fuel_cy" / "_core")
     (tmp_path / "templates").symlink_to(ROOT / "templates")
     if prose_checks is not None:
-        (tmp_path / "fuel_cy" / "_prose_checks.py").write_text(prose_checks)
+        (tmp_path / "fuel_cy" / "runtime").mkdir()
+        (tmp_path / "fuel_cy" / "runtime" / "_prose_checks.py").write_text(prose_checks)
     return tmp_path
 
 
@@ -104,7 +105,7 @@ def test_prose_rules_are_keyed_by_bound_drivers(tmp_path):
 
 
 def test_the_real_prose_rules_name_drivers():
-    from fuel_cy import _prose_checks
+    from fuel_cy.runtime import _prose_checks
 
     drivers = {b.driver.name for b in BINDINGS.values()}
     assert set(_prose_checks.RULES) <= drivers

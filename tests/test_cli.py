@@ -189,7 +189,7 @@ def test_calibrate_fits_and_cost_predicts_time(tmp_path):
 
 def test_bench_targets_are_judged_from_the_results():
     """`fuel-cy bench` and the Performance page judge the targets from a result file."""
-    from fuel_cy.targets import targets
+    from fuel_cy.harness.targets import targets
 
     def row(kernel, dtype, shape, ratio, peer="torch SDPA", **extra):
         return {"kernel": kernel, "dtype": dtype, "shape": shape, "ratio": ratio, "peer": peer, **extra}
@@ -271,7 +271,7 @@ def test_library_layers_do_not_import_the_cli():
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").endswith("cli"), f"{path} imports the CLI"
     from fuel_cy.errors import UsageError
-    from fuel_cy.tables import format_table
+    from fuel_cy.harness.tables import format_table
     from fuel_cy import cli
 
     assert cli.UsageError is UsageError

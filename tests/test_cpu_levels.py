@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import fuel_cy
-import fuel_cy.cpu as cpu
-from fuel_cy.cpu_levels import ENV_CAPABILITY, X86_64_LEVELS
+import fuel_cy.runtime.cpu as cpu
+from fuel_cy.runtime.cpu_levels import ENV_CAPABILITY, X86_64_LEVELS
 
 from conftest import ROOT
 

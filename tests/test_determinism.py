@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fuel_cy
-from fuel_cy.cpu import core
+from fuel_cy.runtime.cpu import core
 
 DTYPES = [np.float32, np.float64, ml_dtypes.bfloat16, np.float16]
 

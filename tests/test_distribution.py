@@ -83,7 +83,7 @@ def test_sdist_carries_the_generator_inputs_and_no_build_outputs(dist):
     for needed in ("contracts/fused_ops.yaml", "contracts/fuel-reference-backend.md", "setup.py",
                    "templates/cython/_kernels.pyx.j2", "templates/cython/_core_level.pyx.j2",
                    "fuel_cy/_core/fc_simd.h", "fuel_cy/_core/kernels.pxi", "fuel_cy/_cpuid.pyx",
-                   "fuel_cy/cpu_levels.py"):
+                   "fuel_cy/runtime/cpu_levels.py"):
         assert needed in names, needed
     assert not [n for n in names if n.endswith((".so", ".c")) or "/_generated/" in n]
 
@@ -100,10 +100,10 @@ def test_wheel_carries_every_level_and_no_native_flags(dist):
 
 
 def test_wheel_passes_reference_checks_natively(wheel_python):
-    import fuel_cy.cpu
+    import fuel_cy.runtime.cpu
 
     result = _check([str(wheel_python)])
-    assert result["level"] == fuel_cy.cpu.supported_levels()[-1]
+    assert result["level"] == fuel_cy.runtime.cpu.supported_levels()[-1]
 
 
 @pytest.mark.skipif(not X86, reason="qemu-x86_64 emulates older x86-64 CPUs only")

@@ -32,11 +32,11 @@ def test_record_agrees_with_numpy(code):
 
 
 def test_policies_and_derived_tables():
-    import fuel_cy.tolerance as tolerance
-    from fuel_cy._validation import NUMPY_DTYPES, dtype_code
+    import fuel_cy.harness.tolerance as tolerance
     from fuel_cy.cli import DTYPE_ALIASES
     from fuel_cy.codegen.cores import INT_WORK, POLICIES
     from fuel_cy.codegen.generate import npy_typenum
+    from fuel_cy.runtime._validation import NUMPY_DTYPES, dtype_code
 
     assert POLICIES == {"F32": ("RoundNone", "float", "float32"), "F64": ("RoundNone", "double", "float64"),
                         "BF16": ("RoundBF16", "float", "float32"), "F16": ("RoundF16", "float", "float32")}

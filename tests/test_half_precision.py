@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import fuel_cy
-import fuel_cy.cpu
-from fuel_cy.cpu import core
+import fuel_cy.runtime.cpu
+from fuel_cy.runtime.cpu import core
 
 import emulation
 from measures import peak_bytes_in_fresh_thread
@@ -59,7 +59,7 @@ def test_bf16_instruction_rounding_differs_only_on_f32_subnormals(which):
     x = _interesting_floats()
     ours = core()._test_round_vec(x, which)
     if ours is None:  # a level without AVX512-BF16: the GEMMs use the integer rounding only
-        assert "avx512_bf16" not in fuel_cy.build_info()["levels"][fuel_cy.cpu.capability()]["features"]
+        assert "avx512_bf16" not in fuel_cy.build_info()["levels"][fuel_cy.runtime.cpu.capability()]["features"]
         return
     theirs = x.astype(ml_dtypes.bfloat16).astype(np.float32)
     sub = (np.abs(x) < np.float32(2.0**-126)) & (x != 0)

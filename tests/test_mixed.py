@@ -15,7 +15,7 @@ from measures import bits as _bits
 from measures import rel as _rel
 from measures import peak_bytes_in_fresh_thread, ulps16
 
-from fuel_cy.cpu import core
+from fuel_cy.runtime.cpu import core
 
 HALF = [("BF16", ml_dtypes.bfloat16, 1e-2), ("F16", np.float16, 2e-3)]
 IDS = [h[0] for h in HALF]

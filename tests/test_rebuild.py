@@ -42,9 +42,9 @@ def rebuilt(tmp_path_factory):
     proj = _copy_project(tmp_path_factory.mktemp("proj"))
     _edit(proj / "contracts" / "fuel-reference-backend.md")
     # one CPU level is enough to follow a contract edit (tests/test_cpu_levels.py covers the levels)
-    import fuel_cy.cpu
+    import fuel_cy.runtime.cpu
 
-    env = {**os.environ, "FUEL_CY_OPT": "-O1", "FUEL_CY_CPU_LEVELS": fuel_cy.cpu.capability()}
+    env = {**os.environ, "FUEL_CY_OPT": "-O1", "FUEL_CY_CPU_LEVELS": fuel_cy.runtime.cpu.capability()}
     stale = subprocess.run([str(SCRIPT), "generate", "--check", "--root", str(proj)], capture_output=True, text=True, env=env)
     build = subprocess.run([str(SCRIPT), "build", "--root", str(proj)], capture_output=True, text=True, env=env, timeout=900)
     fresh = subprocess.run([str(SCRIPT), "generate", "--check", "--root", str(proj)], capture_output=True, text=True, env=env)

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import fuel_cy
 from fuel_cy.codegen.files import FileManager
 from fuel_cy.contract import ContractError, parse_document
-from fuel_cy._validation import NUMPY_DTYPES
+from fuel_cy.runtime._validation import NUMPY_DTYPES
 from measures import bound
 from measures import rel as relative_error
 
@@ -187,7 +187,7 @@ def test_fuzz_near_valid_is_input_error(problem, how, kernel):
         args[0] = np.swapaxes(np.swapaxes(q, 2, 3).copy(), 2, 3)
     elif how == "offset":
         args[1] = np.concatenate([k, k], axis=0)[1:] if b == 1 else np.concatenate([k[:1], k])[1:]
-        if not fuel_cy._validation.has_start_offset(args[1]):
+        if not fuel_cy.runtime._validation.has_start_offset(args[1]):
             args[1] = np.ascontiguousarray(np.concatenate([np.zeros((1,) + k.shape[1:], k.dtype), k]))[1:]
     elif how == "negative-stride":
         args[2] = np.flip(np.concatenate([v, v], axis=2), axis=2)[:, :, :sk]
@@ -228,7 +228,7 @@ def test_allocation_failure_is_memory_error_not_a_crash():
 
 
 def test_flash_32k_runs_in_bounded_memory():
-    from fuel_cy.bench import flash_32k_rss
+    from fuel_cy.harness.bench import flash_32k_rss
 
     x = flash_32k_rss()
     # no [Sq, Sk] allocation: beyond inputs + output, at most 64 MB of packed K and scratch
@@ -296,10 +296,10 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, proj / name)
     # each vector width's code: SSE (default), AVX2 and the widest this CPU runs
-    import fuel_cy.cpu
+    import fuel_cy.runtime.cpu
 
-    levels = list(dict.fromkeys(lv for lv in ("default", "avx2", fuel_cy.cpu.supported_levels()[-1])
-                                if lv in fuel_cy.cpu.supported_levels()))
+    levels = list(dict.fromkeys(lv for lv in ("default", "avx2", fuel_cy.runtime.cpu.supported_levels()[-1])
+                                if lv in fuel_cy.runtime.cpu.supported_levels()))
     env = {**os.environ, "FUEL_CY_SANITIZE": "1", "FUEL_CY_OPT": "-O1", "FUEL_CY_CPU_LEVELS": ",".join(levels)}
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=proj, capture_output=True,
                            text=True, env=env, timeout=900)

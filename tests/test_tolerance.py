@@ -1,6 +1,6 @@
 """The yardsticks themselves.  The tests measure with their own rel and bound (tests/measures.py);
-fuel_cy.tolerance holds the package's copy, which the CLI and the Precision page report.  Both are
-checked here: if either broke (an error that reads 0, a bound that grows without limit), the
+fuel_cy.harness.tolerance holds the package's copy, which the CLI and the Precision page report.
+Both are checked here: if either broke (an error that reads 0, a bound that grows without limit), the
 kernel tests would pass whatever the kernels computed, or the documentation would promise what
 is not tested."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import fuel_cy.tolerance as package
+import fuel_cy.harness.tolerance as package
 from measures import MIXED_BOUNDS, UNIT_ROUNDOFF, bound
 from measures import rel as relative_error
 

@@ -8,7 +8,7 @@ import pytest
 import fuel_cy
 from measures import bits
 from fuel_cy.contract import expr, load_contracts
-from fuel_cy._validation import NUMPY_DTYPES
+from fuel_cy.runtime._validation import NUMPY_DTYPES
 from fuel_cy.codegen.view import LAYOUT_ORDER
 
 from conftest import ROOT
@@ -53,7 +53,7 @@ def _layout_violations(arr: np.ndarray) -> dict:
 
 
 def _first_failing_clause(spec, arr) -> str | None:
-    from fuel_cy._validation import LAYOUT_PREDICATES
+    from fuel_cy.runtime._validation import LAYOUT_PREDICATES
 
     for key in LAYOUT_ORDER:
         policy = spec.layout_policy(key)

@@ -15,7 +15,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from cython.parallel cimport prange
 from libc.string cimport memset
 
-from fuel_cy import _validation as _v
+from fuel_cy.runtime import _validation as _v
 
 cnp.import_array()
 cdef int _BF16_NUM = _np.dtype(_v.NUMPY_DTYPES["BF16"]).num

@@ -2,8 +2,8 @@
 #
 # A call whose inputs are exact numpy arrays of an accepted dtype, rank and layout, with agreeing
 # dims, is accepted here in C, with no Python-level work.  Anything else returns "not sure" (0),
-# and the generated validator runs the full checks of fuel_cy._validation, which accept it or
-# raise the contract's error.  So this path only has to be sound (never accept what the full
+# and the generated validator runs the full checks of fuel_cy.runtime._validation, which accept it
+# or raise the contract's error.  So this path only has to be sound (never accept what the full
 # checks reject); every message still comes from one place.
 
 cimport numpy as cnp

@@ -3,9 +3,9 @@
  * stores, horizontal sums in a fixed order, bit-level helpers (reinterpretation, lane selects) and
  * prefetches.  Hand-written; included (through fc_simd.h) by every CPU level's core module.
  *
- * One source for every CPU level (fuel_cy/cpu_levels.py): the level's compiler flags choose the
- * vector width and the register blocking below; the algorithms (tiling, packing, blocking, the
- * vectorized exp and roundings) are the same at every level. */
+ * One source for every CPU level (fuel_cy/runtime/cpu_levels.py): the level's compiler flags
+ * choose the vector width and the register blocking below; the algorithms (tiling, packing,
+ * blocking, the vectorized exp and roundings) are the same at every level. */
 #ifndef FUEL_CY_FC_ISA_H
 #define FUEL_CY_FC_ISA_H
 #include <stddef.h>

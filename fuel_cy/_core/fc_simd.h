@@ -9,9 +9,9 @@
  *   fc_exp.h    softmax row passes: row max, 16-lane dots, the vectorized exps and their sums
  *
  * (fc_math.h holds the scalar roundings and exps; fc_testhooks.h the helpers only the test hooks
- * call, declared by test_hooks.pxi.)  One source for every CPU level (fuel_cy/cpu_levels.py): the
- * level's compiler flags choose the vector width and the register blocking; the algorithms are the
- * same at every level. */
+ * call, declared by test_hooks.pxi.)  One source for every CPU level
+ * (fuel_cy/runtime/cpu_levels.py): the level's compiler flags choose the vector width and the
+ * register blocking; the algorithms are the same at every level. */
 #ifndef FUEL_CY_FC_SIMD_H
 #define FUEL_CY_FC_SIMD_H
 #include "fc_math.h"

@@ -1,6 +1,6 @@
 # Test hooks: Python entry points into the core's C helpers, for the tests only (no kernel and
 # no generated entry calls them).  Every name here starts with _test_ / _TEST_; tests reach them
-# through the loaded level module (fuel_cy.cpu.core()).  Hand-written; included by every
+# through the loaded level module (fuel_cy.runtime.cpu.core()).  Hand-written; included by every
 # `_core_<level>.pyx` after the core (policy.pxi declares the fc_* functions and flags used here;
 # BC and NR come from blocks.pxi).
 

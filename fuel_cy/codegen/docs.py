@@ -185,7 +185,7 @@ _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def _bound_text(dtype: str, backward: bool, compute: str) -> str:
-    from ..tolerance import MIXED_BOUNDS
+    from ..harness.tolerance import MIXED_BOUNDS
 
     if compute == "f32" and dtype in MIXED_BOUNDS:
         return f"{MIXED_BOUNDS[dtype]:g}"

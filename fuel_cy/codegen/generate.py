@@ -10,8 +10,8 @@ from typing import Any, Optional
 import jinja2
 
 from ..contract.loader import FUSED_OPS_FILE, contract_files
-from ..cpu_levels import all_level_names
 from ..dtypes import DTYPES
+from ..runtime.cpu_levels import all_level_names
 from .files import FileManager
 from .view import Views, build_views
 

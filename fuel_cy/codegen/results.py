@@ -411,7 +411,7 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
 
 
 def _targets(data: dict) -> list[str]:
-    from ..targets import targets
+    from ..harness.targets import targets
 
     rows = [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]] for t in targets(data)]
     return ["### Targets", "", "The project's performance goals, judged on this run; what limits the ones not met "
@@ -442,7 +442,7 @@ def _all_rows(data: dict) -> list[str]:
 
 
 def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], name: str) -> list[str]:
-    from ..bench_levels import level_targets
+    from ..harness.bench_levels import level_targets
 
     m = data.get("machine", {})
     cpu = m.get("cpu", name)
@@ -476,7 +476,7 @@ def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], na
 
 
 def precision_page(root: Path) -> str:
-    from ..tolerance import __doc__ as bounds_doc
+    from ..harness.tolerance import __doc__ as bounds_doc
 
     data = _load(root, "precision.json")
     lines = ["---", "title: Precision", "hide:", "  - toc", "---", "# Precision", "",

@@ -20,13 +20,13 @@ from ..contract.errors import Collector
 from ..contract.loader import FUSED_OPS_FILE, load_contracts, parse_fused_ops
 from ..contract.model import ContractDoc, Default, FusedOpInfo, InputSpec, Kernel, ParamField
 from ..dtypes import DTYPES, policy
-from ..kernel_entry import KernelEntry
+from ..runtime.kernel_entry import KernelEntry
 from .cores import BINDINGS, CORE_SOURCES, CORES_FILE, INT_WORK, check_binding
 from .pydocs import PYTHON_API_FILE, PythonView, api_default, docstring_text, python_api, python_view
 
 # Layout checks run most specific first so the error names the clause that really failed.
 LAYOUT_ORDER = ("broadcast_stride0", "reverse_strides", "start_offset", "strided", "contiguous")
-PROSE_CHECKS_FILE = "fuel_cy/_prose_checks.py"  # its RULES are keyed by driver (checked: check_bindings)
+PROSE_CHECKS_FILE = "fuel_cy/runtime/_prose_checks.py"  # its RULES are keyed by driver (checked: check_bindings)
 PARAM_HELPERS = {"f32": "param_f32", "f64": "param_f64", "bool": "param_bool",
                  "usize": "param_usize", "DynScalar": "param_usize"}
 

@@ -7,9 +7,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..errors import InputError, UsageError
+from ..runtime._validation import NUMPY_DTYPES
 from . import reference, tolerance
-from ._validation import NUMPY_DTYPES
-from .errors import InputError, UsageError
 from .tables import format_table
 
 # default problems by the kind of kernel, read from its inputs (so a new contract's kernels run too)

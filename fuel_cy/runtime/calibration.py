@@ -17,7 +17,7 @@ def calibration_path() -> Path:
         return Path(env)
     from .cpu import capability
 
-    return Path(__file__).resolve().parent / "_generated" / f"calibration-{capability()}.json"
+    return Path(__file__).resolve().parents[1] / "_generated" / f"calibration-{capability()}.json"
 
 
 def load() -> Optional[dict[str, Any]]:

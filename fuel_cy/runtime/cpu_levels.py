@@ -1,6 +1,6 @@
 """The CPU levels the attention core is compiled for: one extension module per level, picked at
 import by what the CPU (and its OS) supports.  Pure data, standard library only: `setup.py` loads
-this file by path to build the levels, and `fuel_cy.cpu` reads it to choose one.
+this file by path to build the levels, and `fuel_cy.runtime.cpu` reads it to choose one.
 
 Names follow PyTorch's CPU capabilities in lower case (`ATEN_CPU_CAPABILITY`), so a benchmark can
 run both libraries at the same level.  Flags are the psABI micro-architecture levels, tuned for no

@@ -35,11 +35,12 @@ def _torch():
 def machine_info() -> dict[str, Any]:
     """The CPU, threads and the CPU level (with its compiler flags) that ran the measurements."""
     import fuel_cy
-    import fuel_cy.cpu
+
+    from ..runtime import cpu
 
     info = fuel_cy.build_info()
     level = info["cpu_capability"]
-    return {"cpu": fuel_cy.cpu.cpu_name(), "cores": os.cpu_count(), "threads": fuel_cy.get_num_threads(),
+    return {"cpu": cpu.cpu_name(), "cores": os.cpu_count(), "threads": fuel_cy.get_num_threads(),
             "cpu_capability": level, "flags": info["levels"][level]["compile_args"],
             "python": platform.python_version()}
 
@@ -520,7 +521,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     import ml_dtypes
 
     import fuel_cy
-    from .calibration import CALIBRATION_VERSION, calibration_path
+    from ..runtime.calibration import CALIBRATION_VERSION, calibration_path
 
     rng = np.random.default_rng(0)
     dtypes = {"F32": np.float32, "F64": np.float64, "BF16": ml_dtypes.bfloat16, "F16": np.float16}

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 
 def _softcap(kernel: str, params: dict, where: str) -> None:

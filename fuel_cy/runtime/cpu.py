@@ -1,6 +1,6 @@
 """Run-time CPU dispatch: pick the compiled level of the attention core that this CPU supports.
 
-The build compiles the hand-written core once per CPU level (`fuel_cy/cpu_levels.py`) into
+The build compiles the hand-written core once per CPU level (`cpu_levels.py`) into
 `fuel_cy._generated._core_<level>` and records, per level, every instruction-set feature its
 compiler flags enable.  At import the best level whose features cpuid (and the OS's saved
 register state) reports is loaded; ``FUEL_CY_CPU_CAPABILITY=<level>`` forces another one.  A level
@@ -16,22 +16,22 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping, Optional, cast
 
+from ..errors import CpuCapabilityError
 from .cpu_levels import ENV_CAPABILITY
-from .errors import CpuCapabilityError
 
 __all__ = ["CpuCapabilityError", "capability", "compiled_levels", "core", "cpu_features", "cpu_name",
            "load_level", "missing_features", "supported_levels"]
 
 
 def _build_levels() -> Mapping[str, Mapping[str, Any]]:
-    from ._generated._build_info import BUILD_INFO
+    from .._generated._build_info import BUILD_INFO
 
     return cast("Mapping[str, Mapping[str, Any]]", BUILD_INFO["levels"])
 
 
 @lru_cache(maxsize=1)
 def _probe() -> tuple[frozenset[str], str, int, int]:
-    from . import _cpuid
+    from .. import _cpuid
 
     return _cpuid.probe()
 

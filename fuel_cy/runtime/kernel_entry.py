@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
-from .dtypes import DTYPES, DType
+from ..dtypes import DTYPES, DType
 
 
 def _unlinked(*args: Any, **kwargs: Any) -> Any:

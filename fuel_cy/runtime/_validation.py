@@ -8,8 +8,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .dtypes import DTYPES
-from .errors import InputError
+from ..dtypes import DTYPES
+from ..errors import InputError
 
 NUMPY_DTYPES: dict[str, np.dtype] = {code: d.numpy_dtype() for code, d in DTYPES.items()}
 """Contract dtype code -> numpy dtype (bfloat16 from ml_dtypes)."""

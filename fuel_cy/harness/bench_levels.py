@@ -2,7 +2,7 @@
 
 Both libraries pick their instruction set once per process (FUEL_CY_CPU_CAPABILITY for ours;
 ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and MKL_CBWR for torch), so each level runs in a child
-process with both set alike; inside it, ours and torch are interleaved as in `fuel_cy.bench`.
+process with both set alike; inside it, ours and torch are interleaved as in `bench`.
 `fuel-cy bench --cpu-capability all` measures the target shapes at every level this CPU runs and
 judges the targets; `--cpu-capability LEVEL` runs the ordinary benchmark at one level.
 """
@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .cpu_levels import ENV_CAPABILITY
+from ..runtime.cpu_levels import ENV_CAPABILITY
 from .tables import format_table
 
 # our level -> torch's environment for the same instruction set.  MKL_ENABLE_INSTRUCTIONS alone is
@@ -42,9 +42,9 @@ def level_env(level: str) -> dict[str, str]:
 
 def rerun_at_level(level: str, argv: list[str]) -> int:
     """Run `fuel-cy <argv>` in a child process at `level` (ours and torch); its exit code."""
-    import fuel_cy.cpu
+    from ..runtime import cpu
 
-    fuel_cy.cpu.choose(level)  # a clear error here rather than in the child
+    cpu.choose(level)  # a clear error here rather than in the child
     env = {**os.environ, **level_env(level)}
     return subprocess.run([sys.executable, "-m", "fuel_cy", *argv], env=env).returncode
 
@@ -53,6 +53,7 @@ def measure_this_level(progress: Callable[[str], None] = lambda s: None) -> dict
     """The target shapes at the level this process runs, ours vs torch SDPA (f32, all threads)."""
     import fuel_cy
 
+    from ..runtime import cpu
     from .bench import _torch, contiguous_kv, interleaved
 
     torch = _torch()
@@ -64,7 +65,7 @@ def measure_this_level(progress: Callable[[str], None] = lambda s: None) -> dict
     rows: list[dict[str, Any]] = []
 
     def add(kernel: str, shape: str, flops: float, ours: Callable[[], Any], peer: Callable[[], Any], reps: int) -> None:
-        progress(f"{fuel_cy.cpu.capability()}: {kernel} {shape}")
+        progress(f"{cpu.capability()}: {kernel} {shape}")
         t_ours, t_peer = interleaved([ours, peer], reps=reps)
         rows.append({"kernel": kernel, "shape": shape, "ms": t_ours * 1e3, "peer_ms": t_peer * 1e3,
                      "ratio": t_peer / t_ours, "gflops": flops / t_ours / 1e9})
@@ -104,13 +105,11 @@ def measure_this_level(progress: Callable[[str], None] = lambda s: None) -> dict
 
 def run_levels(levels: Optional[list[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Every level this CPU supports (or `levels`), each in a child process."""
-    import fuel_cy
-    import fuel_cy.cpu
-
+    from ..runtime import cpu
     from .bench import machine_info
 
     results = []
-    for level in levels or list(fuel_cy.cpu.supported_levels()):
+    for level in levels or list(cpu.supported_levels()):
         progress(f"{level}: starting a process with ours and torch at {level}")
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "level.json"

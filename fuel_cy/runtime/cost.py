@@ -7,10 +7,10 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ._generated import _kernels
+from .._generated import _kernels
+from ..dtypes import DTYPES, FLOAT_CODES
+from ..errors import InputError
 from ._validation import NUMPY_DTYPES, dtype_code
-from .dtypes import DTYPES, FLOAT_CODES
-from .errors import InputError
 from .registry import registry
 
 
@@ -47,11 +47,11 @@ def _require_inputs(entry: Any, shapes: Mapping[str, Any]) -> None:
 def _input_dtypes(entry: Any) -> dict[str, tuple[str, ...]]:
     """Each input's contract dtypes, from the copy of the contract the extension was generated
     from (fuel_cy/_generated/contracts/), else the one in use."""
-    from .contract import load_contract
-    from .contract.loader import default_contracts_dir
+    from ..contract import load_contract
+    from ..contract.loader import default_contracts_dir
 
     name = Path(entry.contract).name
-    for folder in (Path(__file__).resolve().parent / "_generated" / "contracts", default_contracts_dir()):
+    for folder in (Path(__file__).resolve().parents[1] / "_generated" / "contracts", default_contracts_dir()):
         if (folder / name).is_file():
             for k in load_contract(folder / name).kernels:
                 if k.name == entry.name:

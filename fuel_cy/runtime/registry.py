@@ -5,7 +5,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from ._generated import _kernels, _tables
+from .._generated import _kernels, _tables
 from .kernel_entry import KernelEntry
 
 __all__ = ["ENTRY_POINTS", "FUSED_OPS", "KernelEntry", "registry"]

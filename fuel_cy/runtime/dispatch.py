@@ -6,8 +6,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from ..errors import InputError
 from ._validation import LAYOUT_PREDICATES, dtype_code
-from .errors import InputError
 from .registry import FUSED_OPS, KernelEntry, registry
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .dtypes import DTYPES
+from ..dtypes import DTYPES
 
 UNIT_ROUNDOFF = {code: d.unit_roundoff for code, d in DTYPES.items() if d.unit_roundoff is not None}
 
