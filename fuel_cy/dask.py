@@ -36,6 +36,7 @@ import dask.array as da
 import numpy as np
 
 import fuel_cy
+from fuel_cy.runtime._validation import has_start_offset  # the kernels' own offset test
 from fuel_cy.runtime.registry import KernelEntry, registry
 
 Result = Union[da.Array, tuple[da.Array, ...]]
@@ -120,10 +121,7 @@ def _plain(a: np.ndarray) -> np.ndarray:
     A block may be a view into a bigger array (a slice of a rechunked input), and
     np.ascontiguousarray keeps such a view as it is; copy only then, as the pool comes whole.
     """
-    root = a
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    if a.flags.c_contiguous and a.ctypes.data == root.ctypes.data:
+    if a.flags.c_contiguous and not has_start_offset(a):
         return a
     return a.copy()
 

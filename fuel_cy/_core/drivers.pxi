@@ -97,6 +97,21 @@ TEMP_CACHE_BYTES = 64 * 1024 * 1024
 _temps = _threading.local()
 
 
+cdef object _cached(str slot, Py_ssize_t nbytes):
+    """A byte buffer of at least `nbytes`, kept for the next call on this Python thread under
+    `slot` while it is at most TEMP_CACHE_BYTES (fresh above that).  Its user overwrites what it
+    reads and never returns the buffer itself."""
+    if nbytes > TEMP_CACHE_BYTES:
+        return _np.empty(nbytes, dtype=_np.uint8)
+    cache = getattr(_temps, "bufs", None)
+    if cache is None:
+        cache = _temps.bufs = {}
+    buf = cache.get(slot)
+    if buf is None or cnp.PyArray_DIM(<cnp.ndarray>buf, 0) < nbytes:
+        buf = cache[slot] = _np.empty(max(nbytes, 4096), dtype=_np.uint8)
+    return buf
+
+
 def _temp(str slot, object shape, object dtype):
     """An uninitialized array of `shape`, reused by the next call on this thread with the same
     slot: the caller must overwrite it and must not return it."""
@@ -105,31 +120,13 @@ def _temp(str slot, object shape, object dtype):
     for s in shape:
         n *= s
     cdef Py_ssize_t nbytes = n * dt.itemsize
-    if nbytes > TEMP_CACHE_BYTES:
-        return _np.empty(shape, dtype=dt)
-    cache = getattr(_temps, "bufs", None)
-    if cache is None:
-        cache = _temps.bufs = {}
-    buf = cache.get(slot)
-    if buf is None or buf.shape[0] < nbytes:
-        buf = cache[slot] = _np.empty(max(nbytes, 64), dtype=_np.uint8)
-    return buf[:nbytes].view(dt).reshape(shape)
+    return _cached(slot, nbytes)[:nbytes].view(dt).reshape(shape)
 
 
 cdef object _scratch(str slot, Py_ssize_t nbytes):
-    """One call's packed operands and per-thread scratch: a byte buffer of at least `nbytes`,
-    64-byte aligned by the caller (_aligned), kept per Python thread like _temp (the cores
-    overwrite what they read; a fresh buffer paid its page faults on every call)."""
-    cdef Py_ssize_t n = nbytes + 64
-    if n > TEMP_CACHE_BYTES:
-        return _np.empty(n, dtype=_np.uint8)
-    cache = getattr(_temps, "bufs", None)
-    if cache is None:
-        cache = _temps.bufs = {}
-    buf = cache.get(slot)
-    if buf is None or cnp.PyArray_DIM(<cnp.ndarray>buf, 0) < n:
-        buf = cache[slot] = _np.empty(max(n, 4096), dtype=_np.uint8)
-    return buf
+    """One call's packed operands and per-thread scratch: `nbytes` plus room to align them to 64
+    bytes (_aligned)."""
+    return _cached(slot, nbytes + 64)
 
 
 cdef inline char* _aligned(object buf):
