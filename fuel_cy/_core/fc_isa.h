@@ -111,6 +111,27 @@ FC_DEFINE_HSUM(float, f32, FC_W32)
 FC_DEFINE_HSUM(double, f64, FC_W64)
 #endif
 
+#if defined(__AVX512F__)
+/* The 16 horizontal sums of a[0..15] in one vector, lane 4 * (i % 4) + i / 4 holding a[i]'s: a
+ * transposing tree of shuffles that adds the same lanes in the same order as fc_hsum_f32 (halves
+ * folded: lane l + l + 8, then l + 4, l + 2, l + 1), so each sum has fc_hsum_f32's bits, at 45
+ * instructions for 16 sums instead of 128.  With a[4 * key + row] the result is row-major: 128-bit
+ * quarter r holds row r's sums for keys 0..3. */
+static inline __m512 fc_hsum16_f32(const __m512* a) {
+    __m512 c[8], e[4], g[2];
+    for (int m = 0; m < 8; m++)    /* lanes 0-7: a[2m], lanes 8-15: a[2m + 1], each folded by 8 */
+        c[m] = _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)) +
+               _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2));
+    for (int n = 0; n < 4; n++)    /* quarter k: a[4n + k] folded by 4 */
+        e[n] = _mm512_shuffle_f32x4(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)) +
+               _mm512_shuffle_f32x4(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1));
+    for (int p = 0; p < 2; p++)    /* folded by 2 */
+        g[p] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(e[2 * p]), _mm512_castps_pd(e[2 * p + 1]))) +
+               _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(e[2 * p]), _mm512_castps_pd(e[2 * p + 1])));
+    return _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)) + _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1));
+}
+#endif
+
 /* ---- Bit-level vector helpers (this level's width). ------------------------------------------- */
 typedef int32_t fc_i32v __attribute__((vector_size(FC_VBYTES)));
 typedef uint32_t fc_u32v __attribute__((vector_size(FC_VBYTES)));
