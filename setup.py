@@ -35,10 +35,19 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 CORE = ROOT / "fuel_cy" / "_core"
+# The generated sources: the Cython the modules are built from, and the dtype lists that the
+# hand-written core includes (_fastcheck_dtypes.pxi, _core_dtypes.pxi, fc_dtypes.h), so it is on
+# the Cython include path and the C include path next to _core/.
+GENERATED = ROOT / "fuel_cy" / "_generated"
 # The C headers the level modules compile (policy.pxi and test_hooks.pxi name some; those #include
 # the rest).  Cython tracks the .pxi files a module includes but not C headers, so they are the
 # modules' `depends`: build_ext recompiles a level when one changes.  (fc_cpuid.h: _cpuid only.)
 CORE_HEADERS = sorted(str(p) for p in CORE.glob("*.h") if p.name != "fc_cpuid.h")
+
+
+def core_headers() -> list[str]:
+    """CORE_HEADERS and the generated headers they include (present once generate_all ran)."""
+    return CORE_HEADERS + sorted(str(p) for p in GENERATED.glob("*.h"))
 
 
 SOURCE_PACKAGE = "_fuel_cy_source"
@@ -203,12 +212,12 @@ def extensions() -> list:
                               "features": cpu_levels.features_from_macros(_macros(list(level.flags)))}
         exts.append(Extension(f"fuel_cy._generated._core_{level.name}",
                               sources=[f"fuel_cy/_generated/_core_{level.name}.pyx"],
-                              include_dirs=[str(CORE), numpy.get_include()], extra_compile_args=args,
-                              extra_link_args=[*base["link_args"], *omp_l], depends=CORE_HEADERS))
+                              include_dirs=[str(CORE), str(GENERATED), numpy.get_include()], extra_compile_args=args,
+                              extra_link_args=[*base["link_args"], *omp_l], depends=core_headers()))
     BUILD_INFO.update(build_info(base, levels, sources))
     for name, source, depends in (("fuel_cy._generated._kernels", "fuel_cy/_generated/_kernels.pyx", []),
                                   ("fuel_cy._cpuid", "fuel_cy/_cpuid.pyx", [str(CORE / "fc_cpuid.h")])):
-        exts.append(Extension(name, sources=[source], include_dirs=[str(CORE), numpy.get_include()],
+        exts.append(Extension(name, sources=[source], include_dirs=[str(CORE), str(GENERATED), numpy.get_include()],
                               extra_compile_args=base["compile_args"], extra_link_args=base["link_args"],
                               depends=depends))
     # Bounds checks stay on for the generated Python-level code (a shape tuple of the wrong
@@ -216,7 +225,7 @@ def extensions() -> list:
     # whose extents the validators proved, so the checks cost nothing there.
     directives = {"language_level": 3, "boundscheck": True, "wraparound": True,
                   "cdivision": True, "embedsignature": True}
-    return cythonize(exts, include_path=[str(CORE)], compiler_directives=directives, quiet=True,
+    return cythonize(exts, include_path=[str(CORE), str(GENERATED)], compiler_directives=directives, quiet=True,
                      nthreads=_jobs() if len(exts) > 1 else 0)
 
 

@@ -362,7 +362,7 @@ _INCLUDE = re.compile(r'^\s*(?:include|cdef\s+extern\s+from)\s+"([^"]+)"', re.M)
 
 def _module_sources(root: Path, pyx: str) -> list[str]:
     """The files a module's .pyx compiles from (itself and what it includes), relative to `root`."""
-    search = [root / "fuel_cy" / "_core"]
+    search = [root / "fuel_cy" / "_core", root / "fuel_cy" / "_generated"]  # setup.py's include path
     seen: list[str] = []
     todo = [root / pyx]
     while todo:

@@ -56,11 +56,12 @@ MUTANTS: dict[str, list[tuple[str, str, str]]] = {
         "        if cls == 0:\n            continue\n",
         "        if cls == 0 or (cls == 1 and t > 0 and tile_class(i0, i0 + nr - 1, j0 - BC, j0 - 1, o) == 0):\n"
         "            continue\n")],
-    # bf16 "math in T" computed in float32 with one rounding at the end
+    # bf16 "math in T" computed in float32 with one rounding at the end: R(), generated from the
+    # dtype record (templates/cython/_core_dtypes.pxi.j2), returns bf16's operands unrounded
     "round-once-bf16": [(
-        "fuel_cy/_core/policy.pxi",
-        "        return fc_round_bf16(<float>x)\n",
-        "        return x\n")],
+        "templates/cython/_core_dtypes.pxi.j2",
+        "        return fc_round_{{ r.suffix }}(<{{ r.work_ctype }}>x)\n",
+        "        return {{ 'x' if r.code == 'BF16' else 'fc_round_' ~ r.suffix ~ '(<' ~ r.work_ctype ~ '>x)' }}\n")],
 }
 
 

@@ -2,7 +2,6 @@
 from it; the contract layer reads it without loading numpy."""
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
@@ -53,13 +52,22 @@ def test_policies_and_derived_tables():
 
 
 def test_the_core_knows_every_dtype():
-    """fastcheck.pxi has a bit per dtype (FC_<code>); policy.pxi a struct per rounding tag."""
-    fast = (ROOT / "fuel_cy" / "_core" / "fastcheck.pxi").read_text()
-    policy = (ROOT / "fuel_cy" / "_core" / "policy.pxi").read_text()
+    """The compiled validators have a bit per dtype, and the core rounds (_test_round) exactly the
+    dtypes rounded at every step, as ml_dtypes / numpy round.  Both lists are generated from the
+    record (tests/test_dtype_codegen.py checks the generated text itself)."""
+    from fuel_cy._generated import _kernels
+    from fuel_cy.runtime.cpu import core
+
+    assert sorted(_kernels._FC_CODES.values()) == sorted(DTYPES)
+    x = np.array([1.0 + 2.0 ** -9, 3.0e-5, -70000.0, np.nan], dtype=np.float32)
     for code, d in DTYPES.items():
-        assert re.search(rf"\bFC_{code}\s*=", fast), code
-        if d.rounding:
-            assert f"cdef struct {d.rounding}:" in policy, d.rounding
+        if d.rounds_each_step:
+            with np.errstate(over="ignore"):  # -70000 is beyond f16: inf, as the core rounds it
+                want = x.astype(d.numpy_dtype()).astype(np.float32)
+            assert np.array_equal(core()._test_round(x, code), want, equal_nan=True), code
+        else:
+            with pytest.raises(ValueError):
+                core()._test_round(x, code)
 
 
 def test_contract_layer_and_codegen_do_not_need_numpy(tmp_path):

@@ -2,7 +2,8 @@
 # lane-partial reductions.  Written once over (rnd_t, real_t); each arithmetic result goes
 # through R() so half types round at every step.  Reductions use fixed lane partials, so the
 # order of additions (and thus the bits) never depends on threads or tiling of the caller.
-# Included after policy.pxi (the policies R, EXP, TANH and the fc_* declarations).
+# Included after policy.pxi (the policies R, EXP, TANH, the fc_* declarations, and the C GEMM
+# dispatch qk_tile_c / pv_accum_c that policy.pxi includes from the generated _core_dtypes.pxi).
 
 from libc.math cimport INFINITY
 
@@ -200,19 +201,10 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
                          real_t* S, Py_ssize_t lds, Py_ssize_t ncols) noexcept nogil:
     """S[i, j] = sum_d Q[i, d] * Kt[d, j] for the column blocks covering j < ncols (<= BC);
     sequential over d per (i, j).  Q rows (stride D) must be padded to a multiple of NR rows."""
-    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_gemm.h)
-        if real_t is float:
-            fc_qk_f32(Q, nrows4, D, Kt, S, lds, ncols)
-        else:
-            fc_qk_f64(Q, nrows4, D, Kt, S, lds, ncols)
+    # the same sums in C where the policy has a GEMM (fc_gemm.h): register-blocked, and for the
+    # rounded policies the same rounded loops with the rounding vectorized (_core_dtypes.pxi)
+    if qk_tile_c(tag, Q, nrows4, D, Kt, S, lds, ncols):
         return
-    if real_t is float:  # the same rounded loops with the rounding vectorized in C
-        if rnd_t is RoundBF16:
-            fc_qk_bf16(Q, nrows4, D, Kt, S, lds, ncols)
-            return
-        if rnd_t is RoundF16:
-            fc_qk_f16(Q, nrows4, D, Kt, S, lds, ncols)
-            return
     cdef real_t acc0[NL]
     cdef real_t acc1[NL]
     cdef real_t acc2[NL]
@@ -248,19 +240,8 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
 cdef inline void pv_accum(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols,
                           real_t** vrows, Py_ssize_t D, real_t* O, Py_ssize_t ldo) noexcept nogil:
     """O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j (rows padded to NR)."""
-    if rnd_t is RoundNone:  # the same sums, register-blocked in C (fc_gemm.h)
-        if real_t is float:
-            fc_pv_f32(P, ldp, nrows4, ncols, vrows, D, O, ldo)
-        else:
-            fc_pv_f64(P, ldp, nrows4, ncols, vrows, D, O, ldo)
+    if pv_accum_c(tag, P, ldp, nrows4, ncols, vrows, D, O, ldo):  # the same sums in C, as qk_tile
         return
-    if real_t is float:  # the same rounded loops with the rounding vectorized in C
-        if rnd_t is RoundBF16:
-            fc_pv_bf16(P, ldp, nrows4, ncols, vrows, D, O, ldo)
-            return
-        if rnd_t is RoundF16:
-            fc_pv_f16(P, ldp, nrows4, ncols, vrows, D, O, ldo)
-            return
     cdef real_t acc0[NL]
     cdef real_t acc1[NL]
     cdef real_t acc2[NL]

@@ -18,7 +18,6 @@ from libc.string cimport memset
 from fuel_cy.runtime import _validation as _v
 
 cnp.import_array()
-cdef int _BF16_NUM = _np.dtype(_v.NUMPY_DTYPES["BF16"]).num
 
 
 cdef inline void* _data(object x, int typenum, int typenum2=-1) except NULL:
@@ -137,12 +136,12 @@ cdef inline char* _aligned(object buf):
 def _work(object x, object npwork, str code, int nthreads=1, str slot=None):
     """The core's flat work array for a float input: bf16/f16 widened to float32 in C (exact),
     into the reused temporary `slot`; other dtypes through _validation.work."""
-    if x is None or code not in ("BF16", "F16"):
+    cdef int is_f16 = half_flag(code) if x is not None else -1  # _core_dtypes.pxi: -1 unless 16-bit
+    if is_f16 < 0:
         return _v.work(x, npwork)
     cdef const unsigned short[::1] bits = _bits(x)
     out = _temp(slot, (bits.shape[0],), _np.float32) if slot is not None else _np.empty(bits.shape[0], dtype=_np.float32)
     cdef float[::1] o = out
-    cdef int is_f16 = code == "F16"
     if bits.shape[0]:
         with nogil:
             _convert_par(<unsigned short*>&bits[0], &o[0], bits.shape[0], is_f16, True, nthreads)  # read only
@@ -152,12 +151,12 @@ def _work(object x, object npwork, str code, int nthreads=1, str slot=None):
 def _from_work(object arr, str code, int nthreads=1):
     """Back to T, rounding to nearest even: exact for the "math in T" kernels (every result is a
     value of T already), the one rounding of the float32-compute kernels' outputs."""
-    if code not in ("BF16", "F16"):
+    cdef int is_f16 = half_flag(code)
+    if is_f16 < 0:
         return _v.from_work(arr, code)
     cdef float[::1] a = arr.reshape(-1)
     res = _np.empty(arr.shape, dtype=_v.NUMPY_DTYPES[code])
     cdef unsigned short[::1] r = res.reshape(-1).view(_np.uint16)
-    cdef int is_f16 = code == "F16"
     if a.shape[0]:
         with nogil:
             _convert_par(&r[0], &a[0], a.shape[0], is_f16, False, nthreads)

@@ -27,7 +27,8 @@
 #            compute (RoundNone, float) on inputs widened exactly, or read in their 16-bit storage
 #
 # The entries also use these names of drivers.pxi: _data, _dim, _empty_as, _work, _temp, _from_work,
-# _BF16_NUM, cnp (numpy's C API), and the half_prepare step _paged_live_blocks.
+# cnp (numpy's C API), and the half_prepare step _paged_live_blocks; and the type numbers numpy
+# has no constant for (_FC_NUM_<code>) of the generated _core_dtypes.pxi.
 
 
 # ---- forward: naive (scores materialized per row block) and flash (online softmax) ------------

@@ -8,40 +8,20 @@
 
 cimport numpy as cnp
 from cpython.ref cimport PyObject
-import ml_dtypes as _fc_ml_dtypes
-import numpy as _fc_np
 
 cnp.import_array()
 
-# one bit per contract dtype: the generated validators pass the mask of an input's dtypes
-cdef enum:
-    FC_F32 = 1
-    FC_F64 = 2
-    FC_BF16 = 4
-    FC_F16 = 8
-    FC_U32 = 16
-
-cdef int _FC_BF16_NUM = _fc_np.dtype(_fc_ml_dtypes.bfloat16).num
-# the contract code of each bit (T is returned as this string, as the full checks return it)
-_FC_CODES = {FC_F32: "F32", FC_F64: "F64", FC_BF16: "BF16", FC_F16: "F16", FC_U32: "U32"}
+# generated from the dtype record (fuel_cy/dtypes.py): the FC_<code> bit of each contract dtype
+# (the generated validators pass the mask of an input's dtypes), _FC_CODES (bit -> code) and
+# _fc_typenum_bit (numpy type number -> bit)
+include "_fastcheck_dtypes.pxi"
 
 
 cdef inline int _fc_dtype_bit(cnp.ndarray a) noexcept:
     """The contract dtype of a native-byte-order array, as a bit; 0 for any other dtype."""
-    cdef int num = cnp.PyArray_TYPE(a)
     if not cnp.PyArray_ISNOTSWAPPED(a):
         return 0
-    if num == cnp.NPY_FLOAT32:
-        return FC_F32
-    if num == cnp.NPY_FLOAT64:
-        return FC_F64
-    if num == cnp.NPY_FLOAT16:
-        return FC_F16
-    if num == cnp.NPY_UINT32:
-        return FC_U32
-    if num == _FC_BF16_NUM:
-        return FC_BF16
-    return 0
+    return _fc_typenum_bit(cnp.PyArray_TYPE(a))
 
 
 cdef inline bint _fc_starts_at_buffer(cnp.ndarray a) noexcept:

@@ -7,6 +7,7 @@
 #define FUEL_CY_FC_EXP_H
 #include "fc_math.h"
 #include "fc_isa.h"
+#include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
 /* ---- Row reductions over 16 lane partials (lane j % 16, in order of j), on this level's vectors.
  * They compute what blocks.pxi's 16-lane loops define; gcc vectorizes those loops into one zmm
@@ -16,18 +17,18 @@
 #define FC_ROWRED_IN_C (FC_VBYTES < 64)
 #if FC_ROWRED_IN_C
 #if defined(__AVX__)
-static inline fc_vec_f64 fc_max_v64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm256_max_pd((__m256d)a, (__m256d)b); }
+static inline fc_vec_f64 fc_max_vf64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm256_max_pd((__m256d)a, (__m256d)b); }
 #elif defined(__SSE2__)
-static inline fc_vec_f64 fc_max_v64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm_max_pd((__m128d)a, (__m128d)b); }
+static inline fc_vec_f64 fc_max_vf64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm_max_pd((__m128d)a, (__m128d)b); }
 #endif
 #if defined(__AVX__)
-static inline fc_vec_f32 fc_max_v32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_max_ps((__m256)a, (__m256)b); }
+static inline fc_vec_f32 fc_max_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_max_ps((__m256)a, (__m256)b); }
 #elif defined(__SSE2__)
-static inline fc_vec_f32 fc_max_v32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_max_ps((__m128)a, (__m128)b); }
+static inline fc_vec_f32 fc_max_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_max_ps((__m128)a, (__m128)b); }
 #else  /* other architectures: a > b ? a : b by masks */
-#define FC_MAX_BY_MASK(T, SUF, I)                                                                \
+#define FC_MAX_BY_MASK(T, SUF, W)                                                                \
 static inline fc_vec_##SUF fc_max_v##SUF(fc_vec_##SUF a, fc_vec_##SUF b) {                       \
-    typedef I iv __attribute__((vector_size(FC_VBYTES)));                                       \
+    typedef __typeof__(a > b) iv;  /* the comparison's mask: signed integers as wide as T */     \
     iv m = (iv)(a > b), ai, bi;                                                                  \
     memcpy(&ai, &a, FC_VBYTES);                                                                  \
     memcpy(&bi, &b, FC_VBYTES);                                                                  \
@@ -35,21 +36,18 @@ static inline fc_vec_##SUF fc_max_v##SUF(fc_vec_##SUF a, fc_vec_##SUF b) {      
     memcpy(&a, &ai, FC_VBYTES);                                                                  \
     return a;                                                                                    \
 }
-FC_MAX_BY_MASK(float, f32, int32_t)
-FC_MAX_BY_MASK(double, f64, int64_t)
-#define fc_max_v32 fc_max_vf32
-#define fc_max_v64 fc_max_vf64
+FC_FOR_EACH_WORK_TYPE(FC_MAX_BY_MASK)
 #endif
 #endif
 /* x86 max(a, b) is a > b ? a : b: with a new value first, a NaN leaves the lane as it was */
-#define FC_DEFINE_ROWRED(T, SUF, W, MAXV)                                                        \
+#define FC_DEFINE_ROWRED(T, SUF, W)                                                              \
 static inline T fc_row_max_##SUF(const T* s, ptrdiff_t n) {                                      \
     enum { NV = 16 / W };                                                                        \
     fc_vec_##SUF lane[NV];                                                                       \
     for (int v = 0; v < NV; v++) lane[v] = (fc_vec_##SUF){0} - (T)INFINITY;                      \
     ptrdiff_t j = 0;                                                                             \
     for (; j + 16 <= n; j += 16)                                                                 \
-        for (int v = 0; v < NV; v++) lane[v] = MAXV(fc_load_##SUF(s + j + v * W), lane[v]);    \
+        for (int v = 0; v < NV; v++) lane[v] = fc_max_v##SUF(fc_load_##SUF(s + j + v * W), lane[v]); \
     T l[16];                                                                                     \
     memcpy(l, lane, sizeof l);                                                                   \
     for (ptrdiff_t k = 0; j + k < n; k++) l[k] = s[j + k] > l[k] ? s[j + k] : l[k];             \
@@ -75,13 +73,12 @@ static inline T fc_dot16_##SUF(const T* a, const T* b, ptrdiff_t n) {           
     return total;                                                                                \
 }
 #if FC_ROWRED_IN_C
-FC_DEFINE_ROWRED(float, f32, FC_W32, fc_max_v32)
-FC_DEFINE_ROWRED(double, f64, FC_W64, fc_max_v64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWRED)
 #else  /* not called: the Cython loops serve this level */
-static inline float fc_row_max_f32(const float* s, ptrdiff_t n) { (void)s; (void)n; return 0; }
-static inline double fc_row_max_f64(const double* s, ptrdiff_t n) { (void)s; (void)n; return 0; }
-static inline float fc_dot16_f32(const float* a, const float* b, ptrdiff_t n) { (void)a; (void)b; (void)n; return 0; }
-static inline double fc_dot16_f64(const double* a, const double* b, ptrdiff_t n) { (void)a; (void)b; (void)n; return 0; }
+#define FC_DEFINE_ROWRED_UNUSED(T, SUF, W)                                                       \
+static inline T fc_row_max_##SUF(const T* s, ptrdiff_t n) { (void)s; (void)n; return 0; }       \
+static inline T fc_dot16_##SUF(const T* a, const T* b, ptrdiff_t n) { (void)a; (void)b; (void)n; return 0; }
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWRED_UNUSED)
 #endif
 
 /* ---- f32 softmax: exp(scale * s - m) over a row, with 16 lane partials of its sum. -------------

@@ -14,6 +14,7 @@
 #include "fc_math.h"
 #include "fc_isa.h"
 #include "fc_half.h"
+#include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
 /* One register block of S = Q Kt: NRB rows x 2W columns at (i, j0), sequential over d. */
 #define FC_QK_BLOCK(T, SUF, W, NRB)                                                              \
@@ -163,8 +164,7 @@ static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T
     }                                                                                            \
 }
 
-FC_DEFINE_KERNELS(float, f32, FC_W32)
-FC_DEFINE_KERNELS(double, f64, FC_W64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_KERNELS)
 
 /* C[i, c] += sum_k A[i * ai + k * ak] * B[k * ldb + c] for i < nrows4 (a multiple of 4), c < ncols,
  * sequential over k.  With ai = 1 it reads A transposed in place: the backward's dV += P^T dO and
@@ -223,8 +223,7 @@ static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptr
     }                                                                                            \
 }
 
-FC_DEFINE_GEMM_ACC(float, f32, FC_W32)
-FC_DEFINE_GEMM_ACC(double, f64, FC_W64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_ACC)
 
 /* The same C += A^T B for A read transposed (ai = 1) with K <= 64: each block of FC_NRB output
  * rows first copies its A^T block ([K][FC_NRB], at most 2 KB) so that every column pass reads it
@@ -248,11 +247,9 @@ static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, 
         fc_gemm_acc_##SUF(A + i, 1, ak, nrows4 - i, K, B, ldb, ncols, C + i * ldc, ldc);         \
 }
 
-FC_DEFINE_GEMM_TN(float, f32, FC_W32)
-FC_DEFINE_GEMM_TN(double, f64, FC_W64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_TN)
 
-FC_DEFINE_ROWDOTS(float, f32, FC_W32)
-FC_DEFINE_ROWDOTS(double, f64, FC_W64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWDOTS)
 
 /* Paged decode over several kv heads at once.  In the pool a key's rows for all kv heads sit
  * side by side, so serving every head of a group of keys together reads the pool front to back
@@ -294,8 +291,7 @@ static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads
     }                                                                                            \
 }
 
-FC_DEFINE_HEADS(float, f32, FC_W32)
-FC_DEFINE_HEADS(double, f64, FC_W64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_HEADS)
 
 /* ---- "math in T" variants for the half types held in float: every product and sum rounded. ----
  * Same loops and order as the generic Cython blocks (sequential over the contraction index per

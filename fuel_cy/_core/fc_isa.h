@@ -14,6 +14,7 @@
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
+#include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
 /* Vector width and register blocking of this level.  A register block holds FC_NRB rows x 2
  * vectors of accumulators: AVX-512 has 32 vector registers, so 8 x 2 = 16 accumulators plus the
@@ -49,13 +50,13 @@ static inline void fc_prefetch_keys(void* const* rows, ptrdiff_t n, size_t bytes
             __builtin_prefetch((const char*)rows[j] + off, 0, 2);
 }
 
-/* This level's vectors of T, loaded and stored unaligned (memcpy: one vector move). */
-#define FC_DEFINE_VEC(T, SUF)                                                                    \
+/* This level's vectors of T (W lanes of FC_VBYTES bytes), loaded and stored unaligned (memcpy:
+ * one vector move); one per work type of the dtype record. */
+#define FC_DEFINE_VEC(T, SUF, W)                                                                 \
 typedef T fc_vec_##SUF __attribute__((vector_size(FC_VBYTES)));                                 \
 static inline fc_vec_##SUF fc_load_##SUF(const T* p) { fc_vec_##SUF v; memcpy(&v, p, FC_VBYTES); return v; } \
 static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, FC_VBYTES); }
-FC_DEFINE_VEC(float, f32)
-FC_DEFINE_VEC(double, f64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_VEC)
 
 /* Horizontal sums in a fixed pairwise order (halves added until one lane is left), for this
  * level's vector width. */
@@ -107,8 +108,7 @@ static inline T fc_hsum_##SUF(fc_vec_##SUF a) {                                 
         for (int l = 0; l < h; l++) t[l] = t[l] + t[l + h];                                      \
     return t[0];                                                                                 \
 }
-FC_DEFINE_HSUM(float, f32, FC_W32)
-FC_DEFINE_HSUM(double, f64, FC_W64)
+FC_FOR_EACH_WORK_TYPE(FC_DEFINE_HSUM)
 #endif
 
 #if defined(__AVX512F__)

@@ -5,40 +5,24 @@
 # f64 = (RoundNone, double), bf16 = (RoundBF16, float), f16 = (RoundF16, float): half types are
 # held in float (exactly representable) and each step is rounded to T with round-to-nearest-even,
 # which is what a generic kernel over half::bf16 / half::f16 computes ("math in T").
-# (Cython merges typedefs of one base type, hence a separate tag rather than four real types.)
+#
+# The lists of the dtype record (fuel_cy/dtypes.py) are generated into _core_dtypes.pxi: the tag
+# structs, `rnd_t` and `real_t`, R() (the rounding to T), the declarations of each dtype's C
+# helpers (fc_round_<dtype>, fc_qk_<dtype>, fc_pv_<dtype>, ...) and the chains that pick them.
+# What is written here once, over any policy, stays here.
 
 from libc.math cimport tanh, tanhf
 
+include "_core_dtypes.pxi"
+
 cdef extern from "fc_math.h" nogil:
-    float fc_round_bf16(float x)
-    float fc_round_f16(float x)
     float fc_expf(float x)
     double fc_exp_f64(double x)
     float fc_tanh_via_double(float x)
-    unsigned short fc_f32_to_bf16_bits(float x)
-    unsigned short fc_f32_to_f16_bits(float x)
-    float fc_bf16_bits_to_f32(unsigned short h)
-    float fc_f16_bits_to_f32(unsigned short h)
-
-cdef struct RoundNone:
-    char unused
-cdef struct RoundBF16:
-    char unused
-cdef struct RoundF16:
-    char unused
-
-ctypedef fused rnd_t:
-    RoundNone
-    RoundBF16
-    RoundF16
 
 # The C micro-kernels (fc_simd.h includes one header per role; each group below names its own).
 cdef extern from "fc_simd.h" nogil:
-    # fc_gemm.h: tile GEMMs
-    void fc_qk_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
-                  Py_ssize_t ncols)
-    void fc_qk_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S, Py_ssize_t lds,
-                  Py_ssize_t ncols)
+    # fc_gemm.h: tile GEMMs (fc_qk_<dtype> and fc_pv_<dtype> of every policy: _core_dtypes.pxi)
     void fc_rowdots_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, float** krows, Py_ssize_t ncols,
                         float* S, Py_ssize_t lds)
     void fc_rowdots_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, double** krows, Py_ssize_t ncols,
@@ -51,10 +35,6 @@ cdef extern from "fc_simd.h" nogil:
                          float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_heads_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                          double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
-    void fc_pv_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
-                   Py_ssize_t D, float* O, Py_ssize_t ldo)
-    void fc_pv_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, double** vrows,
-                   Py_ssize_t D, double* O, Py_ssize_t ldo)
     void fc_pv_contig_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
                           Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_contig_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const double* V,
@@ -67,14 +47,6 @@ cdef extern from "fc_simd.h" nogil:
                         const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc)
     void fc_gemm_tn_f64(const double* A, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
                         const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
-    void fc_qk_bf16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
-                   Py_ssize_t ncols)
-    void fc_pv_bf16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
-                    Py_ssize_t D, float* O, Py_ssize_t ldo)
-    void fc_qk_f16(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S, Py_ssize_t lds,
-                  Py_ssize_t ncols)
-    void fc_pv_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
-                   Py_ssize_t D, float* O, Py_ssize_t ldo)
     bint FC_HAVE_DPBF16
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
@@ -106,21 +78,6 @@ cdef extern from "fc_simd.h" nogil:
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
     double fc_exp_scaled_sum16_f64(double* s, Py_ssize_t n, double scale, double m)
-
-ctypedef fused real_t:
-    float
-    double
-
-
-cdef inline real_t R(rnd_t tag, real_t x) noexcept nogil:
-    """Round an arithmetic result to the policy's element type T."""
-    if rnd_t is RoundBF16:
-        return fc_round_bf16(<float>x)
-    elif rnd_t is RoundF16:
-        return fc_round_f16(<float>x)
-    else:
-        return x
-
 
 cdef inline real_t EXP(rnd_t tag, real_t x) noexcept nogil:
     # f32 and the half types share the vectorizable f32 exp (<= 4 ulp of f32, far below a half

@@ -1,8 +1,8 @@
 # Test hooks: Python entry points into the core's C helpers, for the tests only (no kernel and
 # no generated entry calls them).  Every name here starts with _test_ / _TEST_; tests reach them
 # through the loaded level module (fuel_cy.runtime.cpu.core()).  Hand-written; included by every
-# `_core_<level>.pyx` after the core (policy.pxi declares the fc_* functions and flags used here;
-# BC and NR come from blocks.pxi).
+# `_core_<level>.pyx` after the core (policy.pxi and the generated _core_dtypes.pxi it includes
+# declare the fc_* functions and flags used here; BC and NR come from blocks.pxi).
 
 import numpy as _np
 
@@ -17,18 +17,16 @@ cdef extern from "fc_exp.h" nogil:
 
 
 def _test_round(float[::1] x, str code):
-    """Testing hook: the core's round-to-nearest-even of f32 values to BF16 or F16 (as f32)."""
+    """Testing hook: the core's round-to-nearest-even of f32 values to a dtype rounded at every
+    step, BF16 or F16 (as f32)."""
+    cdef fc_rounding_fn rounding = rounding_of(code)  # _core_dtypes.pxi: fc_round_<dtype>
+    if rounding == NULL:
+        raise ValueError(code)
     out = _np.empty(x.shape[0], dtype=_np.float32)
     cdef float[::1] o = out
     cdef Py_ssize_t i
-    if code == "BF16":
-        for i in range(x.shape[0]):
-            o[i] = fc_round_bf16(x[i])
-    elif code == "F16":
-        for i in range(x.shape[0]):
-            o[i] = fc_round_f16(x[i])
-    else:
-        raise ValueError(code)
+    for i in range(x.shape[0]):
+        o[i] = rounding(x[i])
     return out
 
 

@@ -18,9 +18,9 @@ BUILD_INFO_FILE = "_build_info.py"
 SOURCES_KEY = "sources_sha256"
 HEADER = "# GENERATED at build time by setup.py -- DO NOT EDIT.\n"
 
-# What the compiled modules are built from, relative to the checkout: the generated Cython, the
-# hand-written core it includes, and the cpuid probe.
-_COMPILED = (("fuel_cy/_generated", (".pyx", ".pxi", ".pxd")), ("fuel_cy/_core", (".pyx", ".pxi", ".pxd", ".h")),
+# What the compiled modules are built from, relative to the checkout: the generated Cython and C
+# headers (the dtype lists), the hand-written core that includes them, and the cpuid probe.
+_COMPILED = (("fuel_cy/_generated", (".pyx", ".pxi", ".pxd", ".h")), ("fuel_cy/_core", (".pyx", ".pxi", ".pxd", ".h")),
              ("fuel_cy", ("_cpuid.pyx",)))
 
 

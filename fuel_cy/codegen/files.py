@@ -41,7 +41,7 @@ class FileManager:
         extras = []
         for path in self.out_dir.rglob("*"):
             rel = path.relative_to(self.out_dir).as_posix()
-            if path.is_file() and rel not in keep and path.suffix in (".pyx", ".pxi", ".pyi", ".py", ".md", ".yaml"):
+            if path.is_file() and rel not in keep and path.suffix in (".pyx", ".pxi", ".pyi", ".py", ".md", ".yaml", ".h"):
                 extras.append(rel)
         return sorted(extras)
 

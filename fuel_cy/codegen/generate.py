@@ -12,6 +12,7 @@ import jinja2
 from ..contract.loader import FUSED_OPS_FILE, contract_files
 from ..dtypes import DTYPES
 from ..runtime.cpu_levels import all_level_names
+from . import core_dtypes
 from .files import FileManager
 from .view import Views, build_views
 
@@ -102,13 +103,23 @@ def environment(templates: Path) -> jinja2.Environment:
     return env
 
 
-def header(comment: str, sources: list[tuple[str, str]], template: str) -> str:
+def header(comment: str, sources: list[tuple[str, str]], template: str, *, label: str = "Contract",
+           edit: str = "the contract") -> str:
+    """The lines every generated file starts with: generated, from which template and which
+    sources (each with its sha256, so a reader can tell what it was made from), and what to edit
+    instead.  `label` names the kind of source: "Contract", or "Source" for a non-contract input
+    such as fuel_cy/dtypes.py."""
     lines = [f"{comment} GENERATED FILE -- DO NOT EDIT.",
              f"{comment} Template: templates/cython/{template} (fuel_cy.codegen v{GENERATOR_VERSION})"]
     for path, digest in sources:
-        lines.append(f"{comment} Contract: {path} sha256:{digest}")
-    lines.append(f"{comment} Edit the contract (or template) and run `fuel-cy generate` / `fuel-cy build`.")
+        lines.append(f"{comment} {label}: {path} sha256:{digest}")
+    lines.append(f"{comment} Edit {edit} (or template) and run `fuel-cy generate` / `fuel-cy build`.")
     return "\n".join(lines)
+
+
+def c_header(sources: list[tuple[str, str]], template: str, **kwargs: str) -> str:
+    """header() as a C comment, for the generated C headers."""
+    return "/*" + header(" *", sources, template, **kwargs)[2:] + " */"
 
 
 def views(layout: Layout, check_core: bool = True) -> Views:
@@ -137,7 +148,26 @@ def render(layout: Layout, out_dir: Optional[Path] = None) -> FileManager:
         fm.add(f"_core_{level}.pyx", text)
     for path in contract_files(layout.contracts) + [layout.contracts / FUSED_OPS_FILE]:
         fm.add(f"contracts/{path.name}", path.read_text(encoding="utf-8"))
+    for name, text in render_dtype_lists(layout, env).items():
+        fm.add(name, text)
     return fm
+
+
+def render_dtype_lists(layout: Layout, env: jinja2.Environment) -> dict[str, str]:
+    """The core's dtype lists (core_dtypes.TEMPLATES), rendered from the dtype record alone, after
+    checking that the hand-written core defines every C helper they name (ContractError)."""
+    lists, text, digest = core_dtypes.render_context(DTYPES)
+    source = [(core_dtypes.DTYPES_FILE, digest)]
+    edit = core_dtypes.DTYPES_FILE
+    out: dict[str, str] = {}
+    for template in core_dtypes.TEMPLATES:
+        if template.endswith(".h.j2"):
+            top = c_header(source, template, label="Source", edit=edit)
+        else:
+            top = header("#", source, template, label="Source", edit=edit)
+        out[template[:-3]] = env.get_template(template).render(header=top, lists=lists)
+    core_dtypes.check_core_helpers(lists, layout.core, [t for name, t in out.items() if name.endswith(".h")], text)
+    return out
 
 
 @dataclass(frozen=True)

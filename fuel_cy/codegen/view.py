@@ -21,6 +21,7 @@ from ..contract.loader import FUSED_OPS_FILE, load_contracts, parse_fused_ops
 from ..contract.model import ContractDoc, Default, FusedOpInfo, InputSpec, Kernel, ParamField
 from ..dtypes import DTYPES, policy
 from ..runtime.kernel_entry import KernelEntry
+from .core_dtypes import dtypes_source, fast_bit, typenum
 from .cores import BINDINGS, CORE_SOURCES, CORES_FILE, INT_WORK, check_binding
 from .pydocs import PYTHON_API_FILE, PythonView, api_default, docstring_text, python_api, python_view
 
@@ -93,11 +94,12 @@ class DTypeView:
     """An element type T of a kernel, with the element policy its core entry runs under."""
 
     code: str
-    tag: str  # policy.pxi's rounding tag
+    tag: str  # the element policy's rounding tag (rnd_t, _core_dtypes.pxi)
     ctype: str  # C work type
     npwork: str  # numpy work dtype
     narrow: bool  # stored narrower than it is computed: widened in, rounded out
     half: Optional[int]  # a 16-bit float: the half drivers' is_f16 argument
+    typenum: str  # Cython expression of its own numpy type number (its 16-bit storage, for a half type)
 
 
 @dataclass(frozen=True)
@@ -174,11 +176,14 @@ def revision_hash(doc: ContractDoc, kernel: Kernel, sources_digest: str) -> str:
     return h.hexdigest()[:16]
 
 
-def sources_digest(core_dir: Path, names: tuple[str, ...]) -> str:
+def sources_digest(core_dir: Path, names: tuple[str, ...], *extra: str) -> str:
+    """sha256 over the core files `names` of `core_dir` (name and content) and the `extra` digests."""
     h = hashlib.sha256()
     for name in names:
         h.update(name.encode())
         h.update((core_dir / name).read_bytes())
+    for digest in extra:
+        h.update(digest.encode())
     return h.hexdigest()
 
 
@@ -237,16 +242,15 @@ def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_in
 _FAST_LAYOUT_OK = {"contiguous": ("required", "accepted"), "strided": ("rejected", "accepted"),
                    "broadcast_stride0": ("rejected", "accepted"), "reverse_strides": ("rejected", "accepted"),
                    "start_offset": ("rejected", "accepted")}
-_FAST_DTYPE_BITS = {code: f"FC_{code}" for code in DTYPES}  # fastcheck.pxi's bit of each dtype
 
 
 def _fast_check(spec: InputSpec, layout: tuple[tuple[str, str], ...], symbols: tuple[str, ...]) -> Optional[FastCheck]:
     """The typed fast check of one input (fastcheck.pxi), or None when only the full checks can serve it."""
     if any(policy not in _FAST_LAYOUT_OK.get(key, ()) for key, policy in layout):
         return None
-    if any(d not in _FAST_DTYPE_BITS for d in spec.dtypes):
+    if any(d not in DTYPES for d in spec.dtypes):
         return None
-    return FastCheck(" | ".join(_FAST_DTYPE_BITS[d] for d in spec.dtypes), tuple(symbols.index(sym) for sym in spec.dims))
+    return FastCheck(" | ".join(fast_bit(d) for d in spec.dtypes), tuple(symbols.index(sym) for sym in spec.dims))
 
 
 def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str], symbols: tuple[str, ...]) -> InputView:
@@ -385,7 +389,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
             if not spec.optional:
                 dim_source.setdefault(sym, (spec.name, axis))
     outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source) for o in kernel.returns.items)
-    dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half)
+    dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half, typenum(DTYPES[d]))
                    for d in kernel.float_dtypes for pol in [policy(kernel.precision.compute, d)] if pol is not None)
     revision = revision_hash(doc, kernel, digest)
     formulas = _formulas(kernel)
@@ -438,7 +442,9 @@ def build_views(contracts: Path, core: Path, root: Path, check_core: bool = True
         check_bindings([k for d in docs for k in d.kernels], root / PROSE_CHECKS_FILE)
     table = contracts / FUSED_OPS_FILE
     fused = parse_fused_ops(table.read_text(encoding="utf-8"), str(table))
-    digest = sources_digest(core, CORE_SOURCES)
+    # the core is compiled from its hand-written sources and the lists generated from the dtype
+    # record, so both are part of every kernel's revision
+    digest = sources_digest(core, CORE_SOURCES, dtypes_source()[1])
     api = python_api(contracts)
     kernels = []
     for doc in docs:
