@@ -89,19 +89,13 @@ def _fold(lanes):
     return lanes[..., 0]
 
 
-def _paged_dots_emulated(q, k, how):
+def _paged_dots_emulated(q, k, lanes_n):
     """The paged decode's dots as its loops define them, in numpy float32 (every product of two
-    T values is exact in float32, so a fused multiply-add is an add of the exact product).
-    "widened": lane l sums d = l, l + W, ... in order; "paired": vdpbf16ps lane l sums the pairs
-    p = l, l + 16, ..., each as + q[2p+1] k[2p+1] then + q[2p] k[2p].  Then the lanes fold."""
-    lanes_n = 16 if how == "paired" else how[1]
+    T values is exact in float32, so a fused multiply-add is an add of the exact product): lane l
+    sums d = l, l + W, ... in order, then the lanes fold."""
     lanes = np.zeros((q.shape[0], k.shape[0], lanes_n), np.float32)
-    d = q.shape[1]
-    if how == "paired":
-        order = [(p % 16, e) for p in range(d // 2) for e in (2 * p + 1, 2 * p)]
-    else:
-        order = [(e % lanes_n, e) for e in range(d)]
-    for lane, e in order:
+    for e in range(q.shape[1]):
+        lane = e % lanes_n
         lanes[:, :, lane] = (lanes[:, :, lane] + np.outer(q[:, e], k[:, e]).astype(np.float32)).astype(np.float32)
     return _fold(lanes)
 
@@ -109,16 +103,14 @@ def _paged_dots_emulated(q, k, how):
 @pytest.mark.parametrize("code,dtype,bound", HALF, ids=IDS)
 @pytest.mark.parametrize("rows,keys,d", [(4, 13, 128), (8, 8, 64), (4, 3, 32), (3, 9, 40), (4, 5, 7)])
 def test_paged_mixed_dots_are_the_lane_sums_their_loops_define(code, dtype, bound, rows, keys, d):
-    """The decode's dots, bit for bit: per-lane float32 sums folded in fc_hsum's order, whether
-    four keys x four rows share one shuffle tree or a key is left over (so no grouping, and no
-    thread count, changes a score), and on levels with AVX512-BF16 the bf16 rows with D % 32 == 0
-    as vdpbf16ps's pair sums (the mixed contract's allowance)."""
+    """The decode's dots from a bf16/f16 pool, bit for bit: per-lane float32 sums folded in
+    fc_hsum's order, whether four keys x four rows share one shuffle tree or a key is left over
+    (so no grouping, and no thread count, changes a score); the same sums as the float32 kernel's."""
     rng = np.random.default_rng(rows * keys + d)
     q = rng.standard_normal((rows, d)).astype(dtype)
     k = rng.standard_normal((keys, d)).astype(dtype)
-    s, how = core()._test_paged_dots_h16(q.astype(np.float32), k.view(np.uint16), code == "F16")
-    assert (how == "paired") == (code == "BF16" and core()._TEST_HAVE_DPBF16 and d % 32 == 0)
-    assert _bits(s) == _bits(_paged_dots_emulated(q.astype(np.float32), k.astype(np.float32), how))
+    s, lanes_n = core()._test_paged_dots_h16(q.astype(np.float32), k.view(np.uint16), code == "F16")
+    assert _bits(s) == _bits(_paged_dots_emulated(q.astype(np.float32), k.astype(np.float32), lanes_n))
     assert _rel(s, q.astype(np.float64) @ k.astype(np.float64).T) < 1e-5
 
 
@@ -163,10 +155,7 @@ def test_paged_mixed_matches_float64_reference_and_the_rounded_f32_kernel(code, 
     assert out.dtype == dtype
     assert _rel(out, ref.paged(q, kc, vc, table, lens, slopes, softcap=softcap)) <= bound
     f32 = fuel_cy.attention_paged_naive(*_f32(q, kc, vc), table, lens, *_f32(slopes), softcap=softcap)
-    if code == "BF16" and core()._TEST_HAVE_DPBF16 and d % 32 == 0:
-        assert ulps16(out, f32.astype(dtype)) <= 1  # scores by vdpbf16ps: float32 sums in another order
-    else:
-        assert _bits(out) == _bits(f32.astype(dtype))
+    assert _bits(out) == _bits(f32.astype(dtype))
 
 
 def test_mixed_is_more_accurate_than_math_in_t():
@@ -246,10 +235,7 @@ def test_paged_mixed_reads_a_read_only_pool_in_place():
     for x in (kc, vc):
         x.flags.writeable = False
     out, peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens, slopes))
-    if core()._TEST_HAVE_DPBF16:  # bf16 scores by vdpbf16ps (D = 128): the rounded result may move one ulp
-        assert ulps16(out, expected) <= 1
-    else:
-        assert _bits(out) == _bits(expected)
+    assert _bits(out) == _bits(expected)
     assert peak < kc.nbytes // 4, (peak, kc.nbytes)
     # the instrument sees a widened pool: the math-in-T kernel widens its (live) blocks
     _, widening_peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes))

@@ -135,53 +135,6 @@ static inline __attribute__((always_inline)) void fc_rowdots4_h16(const float* Q
 #else
 #define FC_ROWDOTS_H16 fc_rowdots2_h16
 #endif
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-#define FC_H16_DPBF16 1
-/* The dots of bf16 query rows and bf16 key rows by vdpbf16ps (D a multiple of 32), four keys x
- * four rows at a time: no widening, and one instruction per 32 products instead of two FMAs and
- * two widenings.  Qp holds the query rows as bf16 pairs (D / 2 per row).  Each dot is the
- * instruction's float32 lane sums (lane l: pairs l, l + 16, ... of the row, products exact, one
- * rounding per addition, subnormals read as zero: the mixed contract's allowance for CPUs with
- * AVX512-BF16), folded as fc_hsum_f32 folds, whatever keys and rows share a block. */
-static inline void fc_rowdots4_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D,
-                                      const uint16_t* const* krows, ptrdiff_t ncols, float* S, ptrdiff_t lds) {
-    const ptrdiff_t D2 = D / 2;
-    ptrdiff_t j = 0;
-    for (; j + 4 <= ncols; j += 4) {
-        const uint16_t* k[4] = {krows[j], krows[j + 1], krows[j + 2], krows[j + 3]};
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
-            const uint32_t* q = Qp + i * D2;
-            __m512 a[16];   /* a[4 * key + row] */
-            for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
-            for (ptrdiff_t p = 0; p < D2; p += 16) {
-                __m512bh kv[4];
-                for (int c = 0; c < 4; c++) kv[c] = (__m512bh)_mm512_loadu_si512(k[c] + 2 * p);
-                for (int r = 0; r < 4; r++) {
-                    __m512bh x = (__m512bh)_mm512_loadu_si512(q + r * D2 + p);
-                    for (int c = 0; c < 4; c++) a[4 * c + r] = _mm512_dpbf16_ps(a[4 * c + r], x, kv[c]);
-                }
-            }
-            __m512 s = fc_hsum16_f32(a);
-            for (int r = 0; r < 4; r++) _mm_storeu_ps(S + (i + r) * lds + j, _mm512_extractf32x4_ps(s, r));
-        }
-    }
-    for (; j < ncols; j++) {
-        for (ptrdiff_t i = 0; i < nrows4; i++) {
-            __m512 a = _mm512_setzero_ps();
-            for (ptrdiff_t p = 0; p < D2; p += 16)
-                a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(Qp + i * D2 + p),
-                                     (__m512bh)_mm512_loadu_si512(krows[j] + 2 * p));
-            S[i * lds + j] = fc_hsum_f32((fc_vec_f32)a);
-        }
-    }
-}
-#else
-#define FC_H16_DPBF16 0
-static inline void fc_rowdots4_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D,
-                                      const uint16_t* const* krows, ptrdiff_t ncols, float* S, ptrdiff_t lds) {
-    (void)Qp; (void)nrows4; (void)D; (void)krows; (void)ncols; (void)S; (void)lds;  /* never called */
-}
-#endif
 /* Keys per group of the half-pool heads loops, and how many groups ahead their rows are
  * prefetched: at B=16 Hq=32 Hkv=8 D=128 ctx 2048 on Zen 4, groups of 8 prefetched 2 ahead
  * measured 3-4% faster than 1 or 4 ahead, and groups of 16 15% slower.  The callers pass the row
@@ -196,36 +149,28 @@ static inline void fc_h16_prefetch(const uint16_t* const* rows, ptrdiff_t j0, pt
                                    ptrdiff_t D) {
     ptrdiff_t pf = j0 + FC_H16_LOOKAHEAD;
     ptrdiff_t nn = pf >= navail ? 0 : (navail - pf < FC_H16_GROUP ? navail - pf : FC_H16_GROUP);
-    for (ptrdiff_t j = 0; j < nn; j++) fc_prefetch_row(rows[pf + j] + h * D, D * sizeof(uint16_t));
+    for (ptrdiff_t j = 0; j < nn; j++) fc_prefetch_l2(rows[pf + j] + h * D, D * sizeof(uint16_t));
 }
-/* kind 0: bf16 widened, 1: f16 widened, 2: bf16 by vdpbf16ps on Qp */
 static inline __attribute__((always_inline)) void fc_rowdots_heads_h16_t(
-        const float* Q, const uint32_t* Qp, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D,
-        const uint16_t* const* krows, ptrdiff_t ncols, ptrdiff_t navail, float* S, ptrdiff_t lds, const int kind) {
+        const float* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, const uint16_t* const* krows,
+        ptrdiff_t ncols, ptrdiff_t navail, float* S, ptrdiff_t lds, const int is_f16) {
     const uint16_t* hrows[FC_H16_GROUP];
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_H16_GROUP) {
         ptrdiff_t n = ncols - j0 < FC_H16_GROUP ? ncols - j0 : FC_H16_GROUP;
         for (ptrdiff_t h = 0; h < nheads; h++) {
             fc_h16_prefetch(krows, j0, navail, h, D);
             for (ptrdiff_t j = 0; j < n; j++) hrows[j] = krows[j0 + j] + h * D;
-            if (kind == 2)
-                fc_rowdots4_dpbf16(Qp + h * rph4 * (D / 2), rph4, D, hrows, n, S + h * rph4 * lds + j0, lds);
-            else
-                FC_ROWDOTS_H16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, kind);
+            FC_ROWDOTS_H16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, is_f16);
         }
     }
 }
-/* Whether fc_rowdots_heads_h16 takes bf16 query pairs (Qp) for rows of D elements: on levels with
- * AVX512-BF16, D a multiple of 32. */
-static inline int fc_h16_dots_paired(ptrdiff_t D, int is_f16) { return FC_H16_DPBF16 && !is_f16 && D % 32 == 0; }
-/* The dots of every kv head's query rows with keys [0, ncols): Q in float32, or, where
- * fc_h16_dots_paired, Qp (the same rows as bf16 pairs).  Each kind gets its own loops. */
-static inline void fc_rowdots_heads_h16(const float* Q, const uint32_t* Qp, ptrdiff_t nheads, ptrdiff_t rph4,
-                                        ptrdiff_t D, const uint16_t* const* krows, ptrdiff_t ncols,
-                                        ptrdiff_t navail, float* S, ptrdiff_t lds, int is_f16) {
-    if (fc_h16_dots_paired(D, is_f16)) fc_rowdots_heads_h16_t(Q, Qp, nheads, rph4, D, krows, ncols, navail, S, lds, 2);
-    else if (is_f16) fc_rowdots_heads_h16_t(Q, Qp, nheads, rph4, D, krows, ncols, navail, S, lds, 1);
-    else fc_rowdots_heads_h16_t(Q, Qp, nheads, rph4, D, krows, ncols, navail, S, lds, 0);
+/* The dots of every kv head's query rows with keys [0, ncols) (is_f16 made a constant, so each
+ * type gets its own loops). */
+static inline void fc_rowdots_heads_h16(const float* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D,
+                                        const uint16_t* const* krows, ptrdiff_t ncols, ptrdiff_t navail,
+                                        float* S, ptrdiff_t lds, int is_f16) {
+    if (is_f16) fc_rowdots_heads_h16_t(Q, nheads, rph4, D, krows, ncols, navail, S, lds, 1);
+    else fc_rowdots_heads_h16_t(Q, nheads, rph4, D, krows, ncols, navail, S, lds, 0);
 }
 /* O[i, :] += sum_j P[i, j] * V[j, :] on bf16/f16 value rows, widened in registers, in blocks of
  * 4 rows: every element is the same multiply-add chain over j as in fc_pv_f32, so the same bits. */
@@ -275,68 +220,6 @@ static inline __attribute__((always_inline)) void fc_pv_h16(const float* P, ptrd
         }
     }
 }
-#if defined(__AVX512F__)
-/* fc_pv_h16 for D a multiple of 64, in blocks of 4 rows x 64 columns (16 accumulators, each
- * loaded p broadcast once for four vectors).  bf16 rows are widened 32 values at a time with two
- * instructions: a shift gives the even columns, a mask the odd ones, so O holds each 32-column
- * chunk split (16 even columns, then 16 odd; fc_pv_h16_unsplit restores the order once per task).
- * Each element is still the chain O[d] += P[j] * V[j][d] in order of j: the same bits. */
-#define FC_PV_H16_SPLIT(D, is_f16) (!(is_f16) && (D) % 64 == 0)
-static inline __attribute__((always_inline)) void fc_pv4_h16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4,
-                                                             ptrdiff_t ncols, const uint16_t* const* vrows,
-                                                             ptrdiff_t D, float* O, ptrdiff_t ldo, const int is_f16) {
-    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
-    for (ptrdiff_t d0 = 0; d0 < D; d0 += 64) {
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
-            fc_vec_f32 a[4][4];
-            for (int r = 0; r < 4; r++)
-                for (int c = 0; c < 4; c++) a[r][c] = fc_load_f32(O + (i + r) * ldo + d0 + 16 * c);
-            for (ptrdiff_t j = 0; j < ncols; j++) {
-                const uint16_t* vr = vrows[j] + d0;
-                fc_vec_f32 v[4];
-                if (is_f16) {
-                    for (int c = 0; c < 4; c++)
-                        v[c] = (fc_vec_f32)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vr + 16 * c)));
-                } else {
-                    __m512i w0 = _mm512_loadu_si512(vr), w1 = _mm512_loadu_si512(vr + 32);
-                    v[0] = (fc_vec_f32)_mm512_slli_epi32(w0, 16); v[1] = (fc_vec_f32)_mm512_and_si512(w0, hi);
-                    v[2] = (fc_vec_f32)_mm512_slli_epi32(w1, 16); v[3] = (fc_vec_f32)_mm512_and_si512(w1, hi);
-                }
-                for (int r = 0; r < 4; r++) {
-                    fc_vec_f32 p = (fc_vec_f32)_mm512_set1_ps(P[(i + r) * ldp + j]);
-                    for (int c = 0; c < 4; c++) a[r][c] += p * v[c];
-                }
-            }
-            for (int r = 0; r < 4; r++)
-                for (int c = 0; c < 4; c++) fc_store_f32(O + (i + r) * ldo + d0 + 16 * c, a[r][c]);
-        }
-    }
-}
-#define FC_PV_H16(P, ldp, nrows4, ncols, vrows, D, O, ldo, is_f16) \
-    ((D) % 64 == 0 ? fc_pv4_h16(P, ldp, nrows4, ncols, vrows, D, O, ldo, is_f16) \
-                   : fc_pv_h16(P, ldp, nrows4, ncols, vrows, D, O, ldo, is_f16))
-#else
-#define FC_PV_H16_SPLIT(D, is_f16) 0
-#define FC_PV_H16 fc_pv_h16
-#endif
-/* The rows of O that fc_pv_heads_h16 accumulated, back in column order (a no-op unless the bf16
- * rows were widened split, FC_PV_H16_SPLIT). */
-static inline void fc_pv_h16_unsplit(float* O, ptrdiff_t nrows, ptrdiff_t ldo, ptrdiff_t D, int is_f16) {
-#if defined(__AVX512F__)
-    if (!FC_PV_H16_SPLIT(D, is_f16)) return;
-    const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    for (ptrdiff_t r = 0; r < nrows; r++)
-        for (ptrdiff_t d0 = 0; d0 < D; d0 += 32) {
-            float* o = O + r * ldo + d0;
-            __m512 even = _mm512_loadu_ps(o), odd = _mm512_loadu_ps(o + 16);
-            _mm512_storeu_ps(o, _mm512_permutex2var_ps(even, lo_idx, odd));
-            _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(even, hi_idx, odd));
-        }
-#else
-    (void)O; (void)nrows; (void)ldo; (void)D; (void)is_f16;
-#endif
-}
 static inline __attribute__((always_inline)) void fc_pv_heads_h16_t(
         const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t ncols, ptrdiff_t navail,
         const uint16_t* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo, const int is_f16) {
@@ -346,7 +229,7 @@ static inline __attribute__((always_inline)) void fc_pv_heads_h16_t(
         for (ptrdiff_t h = 0; h < nheads; h++) {
             fc_h16_prefetch(vrows, j0, navail, h, D);
             for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;
-            FC_PV_H16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16);
+            fc_pv_h16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16);
         }
     }
 }

@@ -44,10 +44,11 @@ static inline void fc_prefetch_row(const void* p, size_t bytes) {
 }
 /* The rows of n keys, `bytes` each, into L2: the heads loops (fc_gemm.h) and the half-pool readers
  * (fc_half.h) prefetch the next group of keys while they compute the current one. */
+static inline void fc_prefetch_l2(const void* p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char*)p + off, 0, 2);
+}
 static inline void fc_prefetch_keys(void* const* rows, ptrdiff_t n, size_t bytes) {
-    for (ptrdiff_t j = 0; j < n; j++)
-        for (size_t off = 0; off < bytes; off += 64)
-            __builtin_prefetch((const char*)rows[j] + off, 0, 2);
+    for (ptrdiff_t j = 0; j < n; j++) fc_prefetch_l2(rows[j], bytes);
 }
 
 /* This level's vectors of T (W lanes of FC_VBYTES bytes), loaded and stored unaligned (memcpy:

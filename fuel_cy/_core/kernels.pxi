@@ -340,7 +340,6 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef real_t* O = Qs + nh * nr4 * D
     cdef real_t* Kt = O + nh * nr4 * D
     cdef real_t* S = Kt + D * BC
-    cdef unsigned int* Qp = NULL
     cdef real_t* rows[BC]
     cdef const unsigned short* rows16[BC + FC_H16_LOOKAHEAD]
     cdef real_t* hrows[BC]
@@ -361,10 +360,6 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
             qp = rr % Sq
             for d in range(D):
                 Qs[(hl * nr4 + r) * D + d] = q[((b * sh.Hq + h) * Sq + qp) * D + d]
-    if rnd_t is RoundNone and real_t is float:
-        if kc16 != NULL and fc_h16_dots_paired(D, is_f16):   # bf16 q as pairs for vdpbf16ps (Kt unused)
-            Qp = <unsigned int*>Kt
-            fc_pair_rows_bf16(Qs, nh * nr4, D, Qp, D // 2)
     for t in range(ceil_div(kend, BC)):
         j0 = t * BC
         nc = kend - j0
@@ -379,7 +374,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                     kj = j0 + jj
                     blk = table[b * sh.max_blocks + kj // bs]
                     rows16[jj] = kc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
-                fc_rowdots_heads_h16(Qs, Qp, nh, nr4, D, rows16, nc, na, S + j0, Skp, is_f16)
+                fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, na, S + j0, Skp, is_f16)
                 continue
         for jj in range(nc):
             kj = j0 + jj
@@ -439,9 +434,6 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                 for jj in range(nc):
                     hrows[jj] = rows[jj] + hl * D
                 pv_accum(tag, S + hl * nr4 * Skp + j0, Skp, nr4, nc, hrows, D, O + hl * nr4 * D, D)
-    if rnd_t is RoundNone and real_t is float:
-        if vc16 != NULL:
-            fc_pv_h16_unsplit(O, nh * nr4, D, D, is_f16)
     for hl in range(nh):
         for r in range(nr):
             rr = r0 + r

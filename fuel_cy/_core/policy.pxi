@@ -55,14 +55,12 @@ cdef extern from "fc_simd.h" nogil:
     void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)
     void fc_narrow_half(const float* x, unsigned short* out, Py_ssize_t n, int is_f16)
     enum: FC_H16_LOOKAHEAD   # rows past the computed ones that the half-pool readers prefetch
-    bint fc_h16_dots_paired(Py_ssize_t D, int is_f16)
-    void fc_rowdots_heads_h16(const float* Q, const unsigned int* Qp, Py_ssize_t nheads, Py_ssize_t rph4,
-                              Py_ssize_t D, const unsigned short** krows, Py_ssize_t ncols, Py_ssize_t navail,
-                              float* S, Py_ssize_t lds, int is_f16)
+    void fc_rowdots_heads_h16(const float* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D,
+                              const unsigned short** krows, Py_ssize_t ncols, Py_ssize_t navail, float* S,
+                              Py_ssize_t lds, int is_f16)
     void fc_pv_heads_h16(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                          Py_ssize_t navail, const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
                          int is_f16)
-    void fc_pv_h16_unsplit(float* O, Py_ssize_t nrows, Py_ssize_t ldo, Py_ssize_t D, int is_f16)
 
     # fc_pack.h: tile packing
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)

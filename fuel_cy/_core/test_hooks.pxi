@@ -111,8 +111,7 @@ cdef extern from "fc_isa.h" nogil:
 def _test_paged_dots_h16(float[:, ::1] q, unsigned short[:, ::1] k, bint is_f16):
     """Testing hook: the paged decode's dots of T-valued float32 query rows q [rows, D] with key rows
     k [keys, D] held as bf16/f16 bits, read by fc_rowdots_heads_h16 as the mixed paged kernel reads
-    a pool.  Returns (scores [rows, keys], how): how is "paired" when the level's vdpbf16ps
-    computed them from bf16 pairs, else ("widened", lanes) with the level's float32 lane count."""
+    a pool.  Returns (scores [rows, keys], the level's float32 lane count)."""
     cdef Py_ssize_t nr = q.shape[0], D = q.shape[1], n = k.shape[0], j
     cdef Py_ssize_t nr4 = (nr + NR - 1) // NR * NR
     if k.shape[1] != D or D == 0 or n == 0 or nr == 0:
@@ -120,15 +119,11 @@ def _test_paged_dots_h16(float[:, ::1] q, unsigned short[:, ::1] k, bint is_f16)
     qpad = _np.zeros((nr4, D), dtype=_np.float32)
     qpad[:nr] = q
     cdef float[:, ::1] qv = qpad
-    cdef unsigned int[::1] qpairs = _np.zeros(nr4 * ((D + 1) // 2), dtype=_np.uint32)
     s = _np.zeros((nr4, n), dtype=_np.float32)
     cdef float[:, ::1] sv = s
     rows = _np.zeros(n, dtype=_np.uintp)
     cdef const unsigned short** rp = <const unsigned short**><size_t>rows.ctypes.data
     for j in range(n):
         rp[j] = &k[j, 0]
-    paired = fc_h16_dots_paired(D, is_f16)
-    if paired:
-        fc_pair_rows_bf16(&qv[0, 0], nr4, D, &qpairs[0], D // 2)
-    fc_rowdots_heads_h16(&qv[0, 0], &qpairs[0], 1, nr4, D, rp, n, n, &sv[0, 0], n, is_f16)
-    return s[:nr].copy(), ("paired" if paired else ("widened", int(FC_W32)))
+    fc_rowdots_heads_h16(&qv[0, 0], 1, nr4, D, rp, n, n, &sv[0, 0], n, is_f16)
+    return s[:nr].copy(), int(FC_W32)
