@@ -138,6 +138,36 @@ def test_fuzz_across_tiles_matches_reference_in_every_dtype(problem):
             assert relative_error(got, want) <= bound(code, d, sk, backward=True)
 
 
+@pytest.mark.parametrize("code", ["F32", "F64", "BF16"])
+@pytest.mark.parametrize("sq,sk,d", [(160, 101, 8), (160, 128, 1), (200, 129, 16), (300, 100, 4)])
+def test_rows_past_the_keys_end_under_a_left_window(code, sq, sk, d):
+    """With a left window and Sq > Sk, trailing query rows have no admissible key (i - wl > Sk - 1).
+    Their key interval must stay inside the keys: it once ended past them, which sent the backward
+    (and the naive forward) to a key tile after the last one, reading past the packed keys and
+    writing scores into the next rows (wrong dQ for the last partly-masked rows, wrong dK/dV for
+    the last keys).  Found by the fuzz test above; pinned here for every kernel that walks tiles."""
+    dtype = NUMPY_DTYPES[code]
+    q, k, v, slopes = attention_inputs(1, 4, 2, sq, sk, d, dtype, True, seed=sq + sk)
+    do = np.random.default_rng(sq).standard_normal(q.shape).astype(dtype)
+    params = {"window_size_left": 30}
+    expected = ref.forward(q, k, v, slopes, None, False, 30, None, None, None)
+    expected_grads = ref.backward(q, k, v, do, slopes, None, False, 30, None, None)
+    if code == "BF16":  # the half types through the float32-math kernels (bounds of fuel-cy-mixed.md)
+        outs = [fuel_cy.attention_flash_mixed(q, k, v, slopes, **params)]
+        grads = fuel_cy.attention_flash_backward_mixed(q, k, v, do, slopes, **params)
+        fwd_bound = bwd_bound = bound(code, d, sk, compute="f32")
+    else:
+        outs = [fuel_cy.attention_flash(q, k, v, slopes, **params), fuel_cy.attention_naive(q, k, v, slopes, **params)]
+        grads = fuel_cy.attention_flash_backward(q, k, v, do, slopes, **params)
+        fwd_bound, bwd_bound = bound(code, d, sk), bound(code, d, sk, backward=True)
+    for out in outs:
+        assert relative_error(out, expected) <= fwd_bound
+        assert not np.asarray(out, np.float64)[:, :, sk + 30:].any()  # no admissible key: zeros
+    for got, want in zip(grads, expected_grads):
+        assert relative_error(got, want) <= bwd_bound
+    assert not np.asarray(grads[0], np.float64)[:, :, sk + 30:].any()
+
+
 PERTURBATIONS = ["dtype-k", "mixed-v", "rank-q", "batch", "head-dim", "gqa", "alibi-len", "alibi-dtype",
                  "window-neg", "window-float", "k-len-over", "softcap-zero", "scale-inf", "transposed",
                  "offset", "negative-stride", "broadcast", "list", "none", "torch-like"]

@@ -33,7 +33,11 @@ cdef struct AttnOpts:
 
 
 cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
-    """Keys kj admissible for query qpos form the interval [lo, hi) (position_admissible)."""
+    """Keys kj admissible for query qpos form the interval [lo, hi) (position_admissible), with
+    lo <= hi <= k_len, both non-decreasing in qpos.  A row with no admissible key gets lo = hi:
+    the interval is clamped at its right end, never widened past k_len, because callers visit
+    the key tiles up to the last row's hi (a row past the keys' end under a left window, qpos -
+    wl > k_len, once sent the backward to a tile after the last one)."""
     cdef Py_ssize_t a = 0, b = o.k_len
     if o.causal and qpos + 1 < b:
         b = qpos + 1
@@ -41,8 +45,8 @@ cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, 
         b = qpos + o.wr + 1
     if o.wl >= 0 and qpos - o.wl > a:
         a = qpos - o.wl
-    if b < a:
-        b = a
+    if a > b:
+        a = b
     lo[0] = a
     hi[0] = b
 
