@@ -123,6 +123,7 @@ static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const 
                                                                                                  \
 FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, T* const* vrows)                 \
 FC_DEFINE_PV(T, SUF, W, fc_pv_strided_##SUF, FC_VROW_STRIDED, FC_PF_NONE, const T* V, ptrdiff_t ldv) \
+FC_DEFINE_PV(T, SUF, W, fc_pv_rows_##SUF, FC_VROW_PTR, FC_PF_NONE, T* const* vrows)            \
                                                                                                  \
 /* O += P V for V rows ldv apart (flash, naive, the backward's dQ).  The strided form measured    \
  * 91 -> 112 GFLOP/s (avx2) and 31 -> 37 (default) per PV tile on Zen 4; AVX-512 keeps the      \
@@ -139,12 +140,12 @@ static inline void fc_pv_contig_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows
 #define FC_DEFINE_ROWDOTS(T, SUF, W)                                                             \
 /* S[i, j] = sum_d Q[i, d] * krows[j][d] for j < ncols, reading each key row once for 4 query   \
  * rows (decode: few queries per key, so packing K^T would cost more than the dots).  Each dot  \
- * is W lane partials (lane d % W, in order of d) summed pairwise (fc_hsum). */                  \
+ * is W lane partials (lane d % W, in order of d) summed pairwise (fc_hsum).  The heads loops    \
+ * below prefetch the rows. */                                                                   \
 static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T* const* krows, \
                                     ptrdiff_t ncols, T* S, ptrdiff_t lds) {                     \
     for (ptrdiff_t j = 0; j < ncols; j++) {                                                      \
         const T* k = krows[j];                                                                   \
-        if (j + FC_PREFETCH < ncols) fc_prefetch_row(krows[j + FC_PREFETCH], D * sizeof(T));     \
         for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
             const T *q0 = Q + i * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;                  \
             fc_vec_##SUF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
@@ -251,6 +252,39 @@ FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_TN)
 
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWDOTS)
 
+#if defined(__AVX512F__)
+/* fc_rowdots_f32 four keys at a time (D a multiple of 16): 4 rows x 4 keys = 16 dot chains, each
+ * query load feeding four FMAs, and their 16 horizontal sums by one shuffle tree (fc_hsum16_f32)
+ * instead of 16 separate ones.  Same lanes, same order, same fold: the same bits. */
+static inline void fc_rowdots4_f32(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, float* const* krows,
+                                   ptrdiff_t ncols, float* S, ptrdiff_t lds) {
+    ptrdiff_t j = 0;
+    for (; j + 4 <= ncols; j += 4) {
+        const float *k0 = krows[j], *k1 = krows[j + 1], *k2 = krows[j + 2], *k3 = krows[j + 3];
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
+            const float* q = Q + i * D;
+            fc_vec_f32 a[16];   /* a[4 * key + row] */
+            for (int c = 0; c < 16; c++) a[c] = (fc_vec_f32){0};
+            for (ptrdiff_t d = 0; d < D; d += 16) {
+                fc_vec_f32 u0 = fc_load_f32(k0 + d), u1 = fc_load_f32(k1 + d);
+                fc_vec_f32 u2 = fc_load_f32(k2 + d), u3 = fc_load_f32(k3 + d);
+                for (int r = 0; r < 4; r++) {
+                    fc_vec_f32 x = fc_load_f32(q + r * D + d);
+                    a[r] += x * u0; a[4 + r] += x * u1; a[8 + r] += x * u2; a[12 + r] += x * u3;
+                }
+            }
+            __m512 s = fc_hsum16_f32((const __m512*)a);
+            for (int r = 0; r < 4; r++) _mm_storeu_ps(S + (i + r) * lds + j, _mm512_extractf32x4_ps(s, r));
+        }
+    }
+    if (j < ncols) fc_rowdots_f32(Q, nrows4, D, krows + j, ncols - j, S + j, lds);
+}
+#define FC_ROWDOTS4_F32(Q, nrows4, D, krows, ncols, S, lds) \
+    ((D) % 16 == 0 ? fc_rowdots4_f32(Q, nrows4, D, krows, ncols, S, lds) : fc_rowdots_f32(Q, nrows4, D, krows, ncols, S, lds))
+#else
+#define FC_ROWDOTS4_F32 fc_rowdots_f32
+#endif
+
 /* Paged decode over several kv heads at once.  In the pool a key's rows for all kv heads sit
  * side by side, so serving every head of a group of keys together reads the pool front to back
  * (one task per head read 512-byte pieces 4 KB apart and waited on memory: 38% of the copy rate
@@ -258,35 +292,40 @@ FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWDOTS)
  * Query rows are head-major, rph4 rows per head.  Every dot and every output element is computed
  * by fc_rowdots / fc_pv as before (same lanes, same sequential order over keys), so the bits do
  * not depend on the grouping. */
-/* Keys are visited in groups; while one group is computed (head by head, from L2) the next
- * group's rows for all heads are prefetched into L2.  Measured at B=16 Hkv=8 D=128: groups of
- * 8 and 16 equal, 32 slower; L1 or L2 as the target makes no difference. */
+/* Keys are visited in groups of FC_KEYGROUP; while one group is computed (head by head) the rows
+ * FC_PAGED_LOOKAHEAD keys on are prefetched into L2, one head's part per head visited: spread
+ * over the heads loop rather than a burst of every head's lines, and into L2, not L1 (into L1 the
+ * half-pool decode ran at 9.3 ms against 5.0; fc_half.h).  The callers pass the row pointers of up
+ * to FC_PAGED_LOOKAHEAD keys past the computed ones (navail >= ncols), so the prefetch runs on
+ * across their 128-key tiles. */
 #define FC_KEYGROUP 16
+/* The 16-lane f32 dots take four keys at a time where the level has AVX-512 (fc_rowdots4_f32). */
+#define FC_ROWDOTS_HEADS_f32(Q, nrows4, D, krows, ncols, S, lds) FC_ROWDOTS4_F32(Q, nrows4, D, krows, ncols, S, lds)
+#define FC_ROWDOTS_HEADS_f64(Q, nrows4, D, krows, ncols, S, lds) fc_rowdots_f64(Q, nrows4, D, krows, ncols, S, lds)
 #define FC_DEFINE_HEADS(T, SUF, W)                                                               \
 static inline void fc_rowdots_heads_##SUF(const T* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, \
-                                          T* const* krows, ptrdiff_t ncols, T* S, ptrdiff_t lds) { \
+                                          T* const* krows, ptrdiff_t ncols, ptrdiff_t navail,    \
+                                          T* S, ptrdiff_t lds) {                                 \
     T* hrows[FC_KEYGROUP];                                                                       \
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_KEYGROUP) {                                      \
         ptrdiff_t n = ncols - j0 < FC_KEYGROUP ? ncols - j0 : FC_KEYGROUP;                        \
-        ptrdiff_t nn = ncols - j0 - n < FC_KEYGROUP ? ncols - j0 - n : FC_KEYGROUP;               \
-        fc_prefetch_keys((void* const*)(krows + j0 + n), nn, nheads * D * sizeof(T));           \
         for (ptrdiff_t h = 0; h < nheads; h++) {                                                 \
+            fc_prefetch_head_rows((const void* const*)krows, j0, n, navail, h * D * sizeof(T), D * sizeof(T)); \
             for (ptrdiff_t j = 0; j < n; j++) hrows[j] = krows[j0 + j] + h * D;                  \
-            fc_rowdots_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds); \
+            FC_ROWDOTS_HEADS_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds); \
         }                                                                                        \
     }                                                                                            \
 }                                                                                                \
 static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, \
-                                     ptrdiff_t ncols, T* const* vrows, ptrdiff_t D, T* O,        \
-                                     ptrdiff_t ldo) {                                            \
+                                     ptrdiff_t ncols, ptrdiff_t navail, T* const* vrows, ptrdiff_t D, \
+                                     T* O, ptrdiff_t ldo) {                                      \
     T* hrows[FC_KEYGROUP];                                                                       \
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_KEYGROUP) {                                      \
         ptrdiff_t n = ncols - j0 < FC_KEYGROUP ? ncols - j0 : FC_KEYGROUP;                        \
-        ptrdiff_t nn = ncols - j0 - n < FC_KEYGROUP ? ncols - j0 - n : FC_KEYGROUP;               \
-        fc_prefetch_keys((void* const*)(vrows + j0 + n), nn, nheads * D * sizeof(T));           \
         for (ptrdiff_t h = 0; h < nheads; h++) {                                                 \
+            fc_prefetch_head_rows((const void* const*)vrows, j0, n, navail, h * D * sizeof(T), D * sizeof(T)); \
             for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;                  \
-            fc_pv_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo); \
+            fc_pv_rows_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo); \
         }                                                                                        \
     }                                                                                            \
 }

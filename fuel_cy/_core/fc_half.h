@@ -135,22 +135,10 @@ static inline __attribute__((always_inline)) void fc_rowdots4_h16(const float* Q
 #else
 #define FC_ROWDOTS_H16 fc_rowdots2_h16
 #endif
-/* Keys per group of the half-pool heads loops, and how many groups ahead their rows are
- * prefetched: at B=16 Hq=32 Hkv=8 D=128 ctx 2048 on Zen 4, groups of 8 prefetched 2 ahead
- * measured 3-4% faster than 1 or 4 ahead, and groups of 16 15% slower.  The callers pass the row
- * pointers of up to FC_H16_LOOKAHEAD keys past the ones computed (navail >= ncols), so the
- * prefetch runs on across the callers' key tiles instead of restarting cold at each one. */
+/* Keys per group of the half-pool heads loops (groups of 8 measured 15% faster than 16 at B=16
+ * Hq=32 Hkv=8 D=128 ctx 2048 on Zen 4); rows are prefetched FC_PAGED_LOOKAHEAD keys ahead
+ * (fc_prefetch_head_rows). */
 #define FC_H16_GROUP 8
-#define FC_H16_AHEAD 2
-#define FC_H16_LOOKAHEAD (FC_H16_GROUP * FC_H16_AHEAD)
-/* Rows of the group FC_H16_AHEAD groups after j0, head h's part (D elements) only: spread over
- * the heads loop, one head's lines at a time, rather than a burst of every head's lines. */
-static inline void fc_h16_prefetch(const uint16_t* const* rows, ptrdiff_t j0, ptrdiff_t navail, ptrdiff_t h,
-                                   ptrdiff_t D) {
-    ptrdiff_t pf = j0 + FC_H16_LOOKAHEAD;
-    ptrdiff_t nn = pf >= navail ? 0 : (navail - pf < FC_H16_GROUP ? navail - pf : FC_H16_GROUP);
-    for (ptrdiff_t j = 0; j < nn; j++) fc_prefetch_l2(rows[pf + j] + h * D, D * sizeof(uint16_t));
-}
 static inline __attribute__((always_inline)) void fc_rowdots_heads_h16_t(
         const float* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, const uint16_t* const* krows,
         ptrdiff_t ncols, ptrdiff_t navail, float* S, ptrdiff_t lds, const int is_f16) {
@@ -158,7 +146,7 @@ static inline __attribute__((always_inline)) void fc_rowdots_heads_h16_t(
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_H16_GROUP) {
         ptrdiff_t n = ncols - j0 < FC_H16_GROUP ? ncols - j0 : FC_H16_GROUP;
         for (ptrdiff_t h = 0; h < nheads; h++) {
-            fc_h16_prefetch(krows, j0, navail, h, D);
+            fc_prefetch_head_rows((const void* const*)krows, j0, n, navail, h * D * sizeof(uint16_t), D * sizeof(uint16_t));
             for (ptrdiff_t j = 0; j < n; j++) hrows[j] = krows[j0 + j] + h * D;
             FC_ROWDOTS_H16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, is_f16);
         }
@@ -227,13 +215,13 @@ static inline __attribute__((always_inline)) void fc_pv_heads_h16_t(
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_H16_GROUP) {
         ptrdiff_t n = ncols - j0 < FC_H16_GROUP ? ncols - j0 : FC_H16_GROUP;
         for (ptrdiff_t h = 0; h < nheads; h++) {
-            fc_h16_prefetch(vrows, j0, navail, h, D);
+            fc_prefetch_head_rows((const void* const*)vrows, j0, n, navail, h * D * sizeof(uint16_t), D * sizeof(uint16_t));
             for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;
             fc_pv_h16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16);
         }
     }
 }
-/* O += P V for every kv head's query rows over value rows [0, ncols) (navail: see FC_H16_GROUP). */
+/* O += P V for every kv head's query rows over value rows [0, ncols) (navail: see fc_prefetch_head_rows). */
 static inline void fc_pv_heads_h16(const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4,
                                    ptrdiff_t ncols, ptrdiff_t navail, const uint16_t* const* vrows, ptrdiff_t D,
                                    float* O, ptrdiff_t ldo, int is_f16) {

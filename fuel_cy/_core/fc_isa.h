@@ -50,6 +50,17 @@ static inline void fc_prefetch_l2(const void* p, size_t bytes) {
 static inline void fc_prefetch_keys(void* const* rows, ptrdiff_t n, size_t bytes) {
     for (ptrdiff_t j = 0; j < n; j++) fc_prefetch_l2(rows[j], bytes);
 }
+/* Keys a paged decode's heads loops prefetch ahead of the group they compute (fc_gemm.h,
+ * fc_half.h); their callers pass that many row pointers past the computed rows where they exist. */
+#define FC_PAGED_LOOKAHEAD 16
+/* Into L2: `bytes` at byte offset `ofs` (one head's part) of the rows of the n keys that come
+ * FC_PAGED_LOOKAHEAD keys after key j0, of the navail whose pointers the caller passed. */
+static inline void fc_prefetch_head_rows(const void* const* rows, ptrdiff_t j0, ptrdiff_t n, ptrdiff_t navail,
+                                         size_t ofs, size_t bytes) {
+    ptrdiff_t pf = j0 + FC_PAGED_LOOKAHEAD;
+    ptrdiff_t nn = pf >= navail ? 0 : (navail - pf < n ? navail - pf : n);
+    for (ptrdiff_t j = 0; j < nn; j++) fc_prefetch_l2((const char*)rows[pf + j] + ofs, bytes);
+}
 
 /* This level's vectors of T (W lanes of FC_VBYTES bytes), loaded and stored unaligned (memcpy:
  * one vector move); one per work type of the dtype record. */

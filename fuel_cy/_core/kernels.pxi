@@ -340,8 +340,8 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef real_t* O = Qs + nh * nr4 * D
     cdef real_t* Kt = O + nh * nr4 * D
     cdef real_t* S = Kt + D * BC
-    cdef real_t* rows[BC]
-    cdef const unsigned short* rows16[BC + FC_H16_LOOKAHEAD]
+    cdef real_t* rows[BC + FC_PAGED_LOOKAHEAD]
+    cdef const unsigned short* rows16[BC + FC_PAGED_LOOKAHEAD]
     cdef real_t* hrows[BC]
     cdef real_t scale = R(tag, <real_t>scale_in)
     cdef real_t cap = R(tag, <real_t>cap_in)
@@ -365,26 +365,26 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         nc = kend - j0
         if nc > BC:
             nc = BC
+        na = kend - j0   # the computed rows and those the heads loops prefetch
+        if na > nc + FC_PAGED_LOOKAHEAD:
+            na = nc + FC_PAGED_LOOKAHEAD
         if rnd_t is RoundNone and real_t is float:
             if kc16 != NULL:
-                na = kend - j0   # the computed rows and those the readers prefetch
-                if na > nc + FC_H16_LOOKAHEAD:
-                    na = nc + FC_H16_LOOKAHEAD
                 for jj in range(na):
                     kj = j0 + jj
                     blk = table[b * sh.max_blocks + kj // bs]
                     rows16[jj] = kc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
                 fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, na, S + j0, Skp, is_f16)
                 continue
-        for jj in range(nc):
+        for jj in range(na if rnd_t is RoundNone else nc):
             kj = j0 + jj
             blk = table[b * sh.max_blocks + kj // bs]
             rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
         if rnd_t is RoundNone:  # f32/f64: dot each gathered key row directly (no K^T packing)
             if real_t is float:
-                fc_rowdots_heads_f32(Qs, nh, nr4, D, rows, nc, S + j0, Skp)
+                fc_rowdots_heads_f32(Qs, nh, nr4, D, rows, nc, na, S + j0, Skp)
             else:
-                fc_rowdots_heads_f64(Qs, nh, nr4, D, rows, nc, S + j0, Skp)
+                fc_rowdots_heads_f64(Qs, nh, nr4, D, rows, nc, na, S + j0, Skp)
         else:
             for hl in range(nh):
                 for jj in range(nc):
@@ -409,26 +409,26 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         nc = kend - j0
         if nc > BC:
             nc = BC
+        na = kend - j0   # the computed rows and those the heads loops prefetch
+        if na > nc + FC_PAGED_LOOKAHEAD:
+            na = nc + FC_PAGED_LOOKAHEAD
         if rnd_t is RoundNone and real_t is float:
             if vc16 != NULL:
-                na = kend - j0   # the computed rows and those the readers prefetch
-                if na > nc + FC_H16_LOOKAHEAD:
-                    na = nc + FC_H16_LOOKAHEAD
                 for jj in range(na):
                     kj = j0 + jj
                     blk = table[b * sh.max_blocks + kj // bs]
                     rows16[jj] = vc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
                 fc_pv_heads_h16(S + j0, Skp, nh, nr4, nc, na, rows16, D, O, D, is_f16)
                 continue
-        for jj in range(nc):
+        for jj in range(na if rnd_t is RoundNone else nc):
             kj = j0 + jj
             blk = table[b * sh.max_blocks + kj // bs]
             rows[jj] = vc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
         if rnd_t is RoundNone:
             if real_t is float:
-                fc_pv_heads_f32(S + j0, Skp, nh, nr4, nc, rows, D, O, D)
+                fc_pv_heads_f32(S + j0, Skp, nh, nr4, nc, na, rows, D, O, D)
             else:
-                fc_pv_heads_f64(S + j0, Skp, nh, nr4, nc, rows, D, O, D)
+                fc_pv_heads_f64(S + j0, Skp, nh, nr4, nc, na, rows, D, O, D)
         else:
             for hl in range(nh):
                 for jj in range(nc):

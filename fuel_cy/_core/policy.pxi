@@ -28,13 +28,13 @@ cdef extern from "fc_simd.h" nogil:
     void fc_rowdots_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, double** krows, Py_ssize_t ncols,
                         double* S, Py_ssize_t lds)
     void fc_rowdots_heads_f32(const float* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D, float** krows,
-                              Py_ssize_t ncols, float* S, Py_ssize_t lds)
+                              Py_ssize_t ncols, Py_ssize_t navail, float* S, Py_ssize_t lds)
     void fc_rowdots_heads_f64(const double* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D, double** krows,
-                              Py_ssize_t ncols, double* S, Py_ssize_t lds)
+                              Py_ssize_t ncols, Py_ssize_t navail, double* S, Py_ssize_t lds)
     void fc_pv_heads_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
-                         float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
+                         Py_ssize_t navail, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_heads_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
-                         double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
+                         Py_ssize_t navail, double** vrows, Py_ssize_t D, double* O, Py_ssize_t ldo)
     void fc_pv_contig_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
                           Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_pv_contig_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const double* V,
@@ -54,7 +54,7 @@ cdef extern from "fc_simd.h" nogil:
     # fc_half.h: bf16/f16 storage <-> float32
     void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)
     void fc_narrow_half(const float* x, unsigned short* out, Py_ssize_t n, int is_f16)
-    enum: FC_H16_LOOKAHEAD   # rows past the computed ones that the half-pool readers prefetch
+    enum: FC_PAGED_LOOKAHEAD   # rows past the computed ones that the paged heads loops prefetch
     void fc_rowdots_heads_h16(const float* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D,
                               const unsigned short** krows, Py_ssize_t ncols, Py_ssize_t navail, float* S,
                               Py_ssize_t lds, int is_f16)
