@@ -61,7 +61,8 @@ def _contract_paths(args: Sequence[str]) -> list[Path]:
 
 def cmd_validate(ns: argparse.Namespace) -> int:
     problems = 0
-    for path in _contract_paths(ns.contracts):
+    paths = _contract_paths(ns.contracts)
+    for path in paths:
         try:
             doc = load_contract(path)
             print(f"{path}: ok ({len(doc.kernels)} kernels: {', '.join(k.name for k in doc.kernels)})")
@@ -69,9 +70,32 @@ def cmd_validate(ns: argparse.Namespace) -> int:
             for p in exc.problems:
                 print(p)
             problems += len(exc.problems)
+    if not problems and not ns.contracts:
+        problems = _validate_pipeline(paths[0].parent if paths else None)
     if problems:
         print(f"{problems} problem(s) found", file=sys.stderr)
     return PROBLEMS if problems else OK
+
+
+def _validate_pipeline(contracts: Optional[Path]) -> int:
+    """What `fuel-cy generate` checks beyond each file, for a checkout's contracts folder: the
+    fused-op table, python-api.yaml (descriptions, defaults) and that every kernel bound to a core
+    driver still fits it.  Returns the number of problems (printed)."""
+    from .workspace import can_generate, find_checkout
+
+    root = find_checkout(contracts) if contracts is not None else None
+    if root is None or not can_generate(root) or root / "contracts" != contracts:
+        return 0
+    from .codegen.generate import Layout, views
+
+    try:
+        v = views(Layout(root))
+    except ContractError as exc:
+        for p in exc.problems:
+            print(p)
+        return len(exc.problems)
+    print(f"{len(v.kernels)} kernels fit the fused-op table, python-api.yaml and the core's drivers")
+    return 0
 
 
 def cmd_fmt(ns: argparse.Namespace) -> int:

@@ -397,6 +397,24 @@ def test_validate_uses_the_checkout_in_the_current_folder(tmp_path):
     assert "not in a checkout" in cli("validate", cwd=elsewhere).stdout
 
 
+def test_validate_in_a_checkout_also_checks_what_generate_checks(tmp_path):
+    """Each file can be valid on its own while the checkout would not generate: a kernel bound to a
+    core driver that no longer fits it.  `fuel-cy validate` says so, as `fuel-cy generate` would."""
+    checkout = _checkout(tmp_path / "clone")
+    r = cli("validate", cwd=checkout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "7 kernels fit the fused-op table, python-api.yaml and the core's drivers" in r.stdout
+    mixed = checkout / "contracts" / "fuel-cy-mixed.md"
+    text = mixed.read_text()
+    at = text.index("kernel: attention_paged_mixed")
+    mixed.write_text(text[:at] + text[at:].replace("    softmax_scale: { kind: f32 }\n", "", 1))
+    r = cli("validate", cwd=checkout)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"{mixed}: ok" in r.stdout  # the file alone is a valid contract
+    assert "attention_paged_mixed.op_params.fields" in r.stdout and "BINDINGS" in r.stdout
+    assert "kernels fit" not in r.stdout
+
+
 def test_build_without_cython_says_what_to_run_and_writes_nothing(tmp_path):
     proj = _checkout(tmp_path / "proj")
     assert cli("generate", "--root", str(proj)).returncode == 0
