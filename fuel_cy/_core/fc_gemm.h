@@ -274,7 +274,7 @@ static inline void fc_rowdots4_f32(const float* Q, ptrdiff_t nrows4, ptrdiff_t D
                 }
             }
             __m512 s = fc_hsum16_f32((const __m512*)a);
-            for (int r = 0; r < 4; r++) _mm_storeu_ps(S + (i + r) * lds + j, _mm512_extractf32x4_ps(s, r));
+            fc_store_4x4_f32(S + i * lds + j, lds, s);
         }
     }
     if (j < ncols) fc_rowdots_f32(Q, nrows4, D, krows + j, ncols - j, S + j, lds);

@@ -121,10 +121,7 @@ static inline __attribute__((always_inline)) void fc_rowdots4_h16(const float* Q
                 }
             }
             __m512 s = fc_hsum16_f32((const __m512*)a);
-            _mm_storeu_ps(S + i * lds + j, _mm512_extractf32x4_ps(s, 0));
-            _mm_storeu_ps(S + (i + 1) * lds + j, _mm512_extractf32x4_ps(s, 1));
-            _mm_storeu_ps(S + (i + 2) * lds + j, _mm512_extractf32x4_ps(s, 2));
-            _mm_storeu_ps(S + (i + 3) * lds + j, _mm512_extractf32x4_ps(s, 3));
+            fc_store_4x4_f32(S + i * lds + j, lds, s);
         }
     }
     if (j < ncols) fc_rowdots2_h16(Q, nrows4, D, krows + j, ncols - j, S + j, lds, is_f16);

@@ -142,6 +142,14 @@ static inline __m512 fc_hsum16_f32(const __m512* a) {
                _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(e[2 * p]), _mm512_castps_pd(e[2 * p + 1])));
     return _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)) + _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1));
 }
+/* Quarter r of s (four floats) to S + r * lds, r = 0..3: the row-major 4 x 4 block that
+ * fc_hsum16_f32 returns.  (Immediates spelled out: at -O1 a loop would not be unrolled.) */
+static inline void fc_store_4x4_f32(float* S, ptrdiff_t lds, __m512 s) {
+    _mm_storeu_ps(S, _mm512_extractf32x4_ps(s, 0));
+    _mm_storeu_ps(S + lds, _mm512_extractf32x4_ps(s, 1));
+    _mm_storeu_ps(S + 2 * lds, _mm512_extractf32x4_ps(s, 2));
+    _mm_storeu_ps(S + 3 * lds, _mm512_extractf32x4_ps(s, 3));
+}
 #endif
 
 /* ---- Bit-level vector helpers (this level's width). ------------------------------------------- */
