@@ -166,3 +166,97 @@ def test_clause(kernel, case):
             _call(kernel, arrays, **{field.name: 1000})
     else:  # pragma: no cover
         raise AssertionError(case)
+
+
+# ---- the prose rules' typed copies (fastcheck.pxi) -----------------------------------------------
+
+def test_every_prose_rule_has_its_typed_copy_in_use():
+    """The typed copies are used only while RULES lists exactly what they implement; today that
+    is every driver (else a decode-sized paged call pays ~10 us of numpy checks again)."""
+    from fuel_cy._generated import _kernels
+    from fuel_cy.runtime import _prose_checks
+
+    assert _kernels._FC_TYPED == frozenset(_prose_checks.RULES)
+
+
+def _paged_case(rng, bad):
+    b, mb, bs, nb = 5, 6, 4, 20
+    kc = np.zeros((nb, bs, 2, 8), np.float32)
+    q = np.zeros((b, 4, 1, 8), np.float32)
+    lens = rng.integers(0, mb * bs + 1, b).astype(np.uint32)
+    table = rng.integers(0, nb, (b, mb)).astype(np.uint32)
+    for i in range(b):  # unused slots may hold anything (a sentinel, stale ids)
+        table[i, -(-int(lens[i]) // bs):] = rng.choice([0xFFFFFFFF, nb, 3])
+    if bad == "block" and lens.max() > 0:
+        i = int(np.argmax(lens))
+        table[i, rng.integers(0, -(-int(lens[i]) // bs))] = nb + int(rng.integers(0, 5))
+    if bad == "capacity":
+        lens[rng.integers(0, b)] = mb * bs + 1
+    return q, kc, kc.copy(), table, lens
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_typed_paged_rules_accept_and_reject_what_the_python_rules_do(seed):
+    """The typed block-id and capacity checks against the Python rules they copy, on tables whose
+    unused slots hold garbage: the kernel raises exactly when _prose_checks._paged raises, with
+    its message."""
+    from fuel_cy.runtime import _prose_checks
+
+    rng = np.random.default_rng(seed)
+    q, kc, vc, table, lens = _paged_case(rng, ["none", "block", "capacity"][seed % 3])
+    arrays = {"q": q, "k_cache": kc, "v_cache": vc, "block_table": table, "context_lens": lens}
+    try:
+        _prose_checks._paged("attention_paged_naive", arrays, {}, "contracts/fuel-reference-backend.md")
+        expected = None
+    except fuel_cy.InputError as exc:
+        expected = str(exc)
+    try:
+        fuel_cy.attention_paged_naive(q, kc, vc, table, lens)
+        got = None
+    except fuel_cy.InputError as exc:
+        got = str(exc)
+    assert got == expected
+
+
+def test_a_rule_added_in_python_turns_the_typed_copy_off(tmp_path):
+    """RULES gains a rule for the paged driver: the typed copy no longer covers it, so the new
+    rule runs (here it refuses every call)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import importlib.abc, importlib.util, sys
+        import numpy as np
+
+        def no(kernel, arrays, params, where):
+            from fuel_cy.errors import InputError
+            raise InputError(kernel, "input q", "prose: new rule", "refused", where)
+
+        class AddRule(importlib.abc.MetaPathFinder):  # edits RULES as the module is first loaded
+            def find_spec(self, name, path, target=None):
+                if name != "fuel_cy.runtime._prose_checks":
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.util.find_spec(name)
+                run = spec.loader.exec_module
+                def exec_module(module):
+                    run(module)
+                    module.RULES["attention_paged_naive"] = module.RULES["attention_paged_naive"] + [no]
+                spec.loader.exec_module = exec_module
+                return spec
+
+        sys.meta_path.insert(0, AddRule())
+        import fuel_cy
+        from fuel_cy._generated import _kernels
+        assert "attention_paged_naive" not in _kernels._FC_TYPED and "attention_flash" in _kernels._FC_TYPED
+        q = np.zeros((1, 2, 1, 8), np.float32)
+        kc = np.zeros((2, 4, 1, 8), np.float32)
+        try:
+            fuel_cy.attention_paged_naive(q, kc, kc, np.zeros((1, 2), np.uint32), np.array([5], np.uint32))
+        except fuel_cy.InputError as e:
+            assert "prose: new rule" in str(e)
+            print("refused")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "refused", r.stdout + r.stderr

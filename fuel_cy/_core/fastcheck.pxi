@@ -8,6 +8,7 @@
 
 cimport numpy as cnp
 from cpython.ref cimport PyObject
+from fuel_cy.runtime import _prose_checks as _fc_prose
 
 cnp.import_array()
 
@@ -69,3 +70,74 @@ cdef inline int _fc_fast_input(object x, int rank, int mask, Py_ssize_t* dims, c
         elif dims[s] != n:
             return 0
     return bit
+
+
+# ---- The prose rules (fuel_cy.runtime._prose_checks), typed ------------------------------------
+# The same soundness contract: True only when the rules certainly hold; False sends the call to
+# the Python rules, which accept it or raise the contract's error.  A driver is typed only while
+# its RULES list is exactly the rules implemented here (checked at import), so a rule added in
+# Python is never skipped.
+
+cdef inline bint _fc_softcap_ok(dict params):
+    cap = params.get("softcap")
+    return cap is None or (type(cap) is float and <double>cap > 0)
+
+
+cdef inline bint _fc_k_len_ok(dict arrays, dict params):
+    k_len = params.get("k_len")
+    if k_len is None:
+        return True
+    k = arrays["k"]
+    return (type(k_len) is int and cnp.PyArray_Check(k) and cnp.PyArray_NDIM(<cnp.ndarray>k) == 4
+            and k_len <= cnp.PyArray_DIM(<cnp.ndarray>k, 2))
+
+
+cdef inline bint _fc_u32_c(object x, int rank) noexcept:
+    return (cnp.PyArray_CheckExact(x) and cnp.PyArray_NDIM(<cnp.ndarray>x) == rank
+            and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_UINT32 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x))
+
+
+cdef bint _fc_paged_ok(dict arrays):
+    """Every context fits its table row's capacity and every block id a live context reads is
+    below num_blocks: one pass over context_lens and the live part of the table."""
+    table, lens, pool = arrays["block_table"], arrays["context_lens"], arrays["k_cache"]
+    if not (_fc_u32_c(table, 2) and _fc_u32_c(lens, 1) and cnp.PyArray_Check(pool)
+            and cnp.PyArray_NDIM(<cnp.ndarray>pool) >= 2):
+        return False
+    cdef Py_ssize_t B = cnp.PyArray_DIM(<cnp.ndarray>lens, 0), mb = cnp.PyArray_DIM(<cnp.ndarray>table, 1)
+    cdef Py_ssize_t nb = cnp.PyArray_DIM(<cnp.ndarray>pool, 0), bs = cnp.PyArray_DIM(<cnp.ndarray>pool, 1)
+    cdef const unsigned int* t = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>table)
+    cdef const unsigned int* n = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>lens)
+    cdef Py_ssize_t b, s, live
+    if cnp.PyArray_DIM(<cnp.ndarray>table, 0) != B or bs <= 0:
+        return False
+    for b in range(B):
+        if <Py_ssize_t>n[b] > mb * bs:
+            return False
+        live = (<Py_ssize_t>n[b] + bs - 1) // bs
+        for s in range(live):
+            if <Py_ssize_t>t[b * mb + s] >= nb:
+                return False
+    return True
+
+
+# the rules each typed driver implements, by identity with RULES' functions
+_FC_TYPED_RULES = {
+    "attention_naive": (_fc_prose._softcap, _fc_prose._k_len),
+    "attention_flash": (_fc_prose._softcap, _fc_prose._k_len),
+    "attention_paged_naive": (_fc_prose._softcap, _fc_prose._paged),
+    "attention_flash_backward": (_fc_prose._softcap,),
+}
+_FC_TYPED = frozenset(d for d, rules in _FC_TYPED_RULES.items() if tuple(_fc_prose.RULES.get(d, ())) == rules)
+
+
+cdef bint _fc_prose_ok(str driver, dict arrays, dict params):
+    """True when the prose rules of `driver` certainly hold (typed); False: run the Python rules."""
+    if driver not in _FC_TYPED or not _fc_softcap_ok(params):
+        return False
+    if driver == "attention_paged_naive":
+        return _fc_paged_ok(arrays)
+    if driver == "attention_flash_backward":
+        return True
+    return _fc_k_len_ok(arrays, params)

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InputError
 
 
-def _softcap(kernel: str, params: dict, where: str) -> None:
+def _softcap(kernel: str, arrays: dict, params: dict, where: str) -> None:
     cap = params.get("softcap")
     if cap is not None and not cap > 0:
         raise InputError(kernel, "param 'softcap'", "op_params.fields.softcap (prose: tanh(s/c)*c needs c > 0)",
@@ -53,11 +53,13 @@ def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
 
 # keyed by the core driver a kernel binds to (codegen/cores.py): a kernel served by a driver
 # obeys that driver's rules, whichever contract declares it
+# (the generated validators first try typed copies of these rules, fastcheck.pxi; a driver whose
+# list differs from what the typed copy implements always gets these)
 RULES: dict[str, list[Callable[..., None]]] = {
-    "attention_naive": [lambda k, a, p, w: _softcap(k, p, w), _k_len],
-    "attention_flash": [lambda k, a, p, w: _softcap(k, p, w), _k_len],
-    "attention_paged_naive": [lambda k, a, p, w: _softcap(k, p, w), _paged],
-    "attention_flash_backward": [lambda k, a, p, w: _softcap(k, p, w)],
+    "attention_naive": [_softcap, _k_len],
+    "attention_flash": [_softcap, _k_len],
+    "attention_paged_naive": [_softcap, _paged],
+    "attention_flash_backward": [_softcap],
 }
 
 
