@@ -55,6 +55,12 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
     bound = inspect.signature(entry.fn).bind(*args, **kwargs)
     values = {name: bound.arguments.get(name) for name in entry.inputs}
     params = {name: value for name, value in bound.arguments.items() if name not in entry.inputs}
+    for name, x in values.items():
+        if isinstance(x, da.Array) and any(np.isnan(n) for n in x.shape):
+            # (boolean indexing and the like leave chunk sizes unknown until computed)
+            raise fuel_cy.InputError(kernel, f"input {name!r}", "known shape (the contract's dims)",
+                                     f"a Dask array of unknown chunk sizes, shape {x.shape}; "
+                                     f"call {name}.compute_chunk_sizes() first")
     batch = entry.dims[entry.inputs[0]][0]
     batched = {name for name in entry.inputs if entry.dims[name][:1] == (batch,)}
 

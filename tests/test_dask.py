@@ -156,6 +156,11 @@ def test_contract_errors_are_raised_before_the_graph_is_built(client):
         fd.call("attention_fast", q, k, v)
     with pytest.raises(TypeError):
         fd.attention_flash(q, k, v, bogus=1)
+    unknown = q[q[:, 0, 0, 0] > -np.inf]  # boolean indexing: the batch's chunk sizes are unknown
+    with pytest.raises(fuel_cy.InputError, match=r"^attention_flash: input 'q': .*unknown chunk sizes.*"
+                                                 r"compute_chunk_sizes\(\)"):
+        fd.attention_flash(unknown, k, v)
+    assert fd.attention_flash(unknown.compute_chunk_sizes(), k, v).shape == q.shape
 
 
 def test_value_errors_come_back_from_the_workers_whole(client):
