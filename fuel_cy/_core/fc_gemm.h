@@ -253,32 +253,9 @@ FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_TN)
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWDOTS)
 
 #if defined(__AVX512F__)
-/* fc_rowdots_f32 four keys at a time (D a multiple of 16): 4 rows x 4 keys = 16 dot chains, each
- * query load feeding four FMAs, and their 16 horizontal sums by one shuffle tree (fc_hsum16_f32)
- * instead of 16 separate ones.  Same lanes, same order, same fold: the same bits. */
-static inline void fc_rowdots4_f32(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, float* const* krows,
-                                   ptrdiff_t ncols, float* S, ptrdiff_t lds) {
-    ptrdiff_t j = 0;
-    for (; j + 4 <= ncols; j += 4) {
-        const float *k0 = krows[j], *k1 = krows[j + 1], *k2 = krows[j + 2], *k3 = krows[j + 3];
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
-            const float* q = Q + i * D;
-            fc_vec_f32 a[16];   /* a[4 * key + row] */
-            for (int c = 0; c < 16; c++) a[c] = (fc_vec_f32){0};
-            for (ptrdiff_t d = 0; d < D; d += 16) {
-                fc_vec_f32 u0 = fc_load_f32(k0 + d), u1 = fc_load_f32(k1 + d);
-                fc_vec_f32 u2 = fc_load_f32(k2 + d), u3 = fc_load_f32(k3 + d);
-                for (int r = 0; r < 4; r++) {
-                    fc_vec_f32 x = fc_load_f32(q + r * D + d);
-                    a[r] += x * u0; a[4 + r] += x * u1; a[8 + r] += x * u2; a[12 + r] += x * u3;
-                }
-            }
-            __m512 s = fc_hsum16_f32((const __m512*)a);
-            fc_store_4x4_f32(S + i * lds + j, lds, s);
-        }
-    }
-    if (j < ncols) fc_rowdots_f32(Q, nrows4, D, krows + j, ncols - j, S + j, lds);
-}
+/* fc_rowdots_f32 four keys at a time (D a multiple of 16; fc_isa.h), the same bits. */
+FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
+                   fc_rowdots_f32(Q, nrows4, D, krows + j, ncols - j, S + j, lds))
 #define FC_ROWDOTS4_F32(Q, nrows4, D, krows, ncols, S, lds) \
     ((D) % 16 == 0 ? fc_rowdots4_f32(Q, nrows4, D, krows, ncols, S, lds) : fc_rowdots_f32(Q, nrows4, D, krows, ncols, S, lds))
 #else

@@ -100,32 +100,10 @@ static inline __attribute__((always_inline)) void fc_rowdots2_h16(const float* Q
     }
 }
 #if defined(__AVX512F__)
-/* fc_rowdots2_h16 four keys at a time (D a multiple of 16): 4 rows x 4 keys = 16 dot chains, each
- * query load feeding four FMAs, and their 16 horizontal sums by one shuffle tree (fc_hsum16_f32)
- * instead of 16 separate ones.  Same lanes, same order, same fold: the same bits. */
-static inline __attribute__((always_inline)) void fc_rowdots4_h16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const uint16_t* const* krows,
-                                   ptrdiff_t ncols, float* S, ptrdiff_t lds, int is_f16) {
-    ptrdiff_t j = 0;
-    for (; j + 4 <= ncols; j += 4) {
-        const uint16_t *k0 = krows[j], *k1 = krows[j + 1], *k2 = krows[j + 2], *k3 = krows[j + 3];
-        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
-            const float* q = Q + i * D;
-            fc_vec_f32 a[16];   /* a[4 * key + row] */
-            for (int c = 0; c < 16; c++) a[c] = (fc_vec_f32){0};
-            for (ptrdiff_t d = 0; d < D; d += 16) {
-                fc_vec_f32 u0 = fc_load_h16(k0 + d, is_f16), u1 = fc_load_h16(k1 + d, is_f16);
-                fc_vec_f32 u2 = fc_load_h16(k2 + d, is_f16), u3 = fc_load_h16(k3 + d, is_f16);
-                for (int r = 0; r < 4; r++) {
-                    fc_vec_f32 x = fc_load_f32(q + r * D + d);
-                    a[r] += x * u0; a[4 + r] += x * u1; a[8 + r] += x * u2; a[12 + r] += x * u3;
-                }
-            }
-            __m512 s = fc_hsum16_f32((const __m512*)a);
-            fc_store_4x4_f32(S + i * lds + j, lds, s);
-        }
-    }
-    if (j < ncols) fc_rowdots2_h16(Q, nrows4, D, krows + j, ncols - j, S + j, lds, is_f16);
-}
+/* fc_rowdots2_h16 four keys at a time (D a multiple of 16; fc_isa.h), the same bits. */
+#define FC_LOAD_H16(p) fc_load_h16(p, is_f16)
+FC_DEFINE_ROWDOTS4(fc_rowdots4_h16, const uint16_t* const*, uint16_t, FC_LOAD_H16,
+                   fc_rowdots2_h16(Q, nrows4, D, krows + j, ncols - j, S + j, lds, is_f16), , int is_f16)
 #define FC_ROWDOTS_H16(Q, nrows4, D, krows, ncols, S, lds, is_f16) \
     ((D) % 16 == 0 ? fc_rowdots4_h16(Q, nrows4, D, krows, ncols, S, lds, is_f16) \
                    : fc_rowdots2_h16(Q, nrows4, D, krows, ncols, S, lds, is_f16))

@@ -150,6 +150,35 @@ static inline void fc_store_4x4_f32(float* S, ptrdiff_t lds, __m512 s) {
     _mm_storeu_ps(S + 2 * lds, _mm512_extractf32x4_ps(s, 2));
     _mm_storeu_ps(S + 3 * lds, _mm512_extractf32x4_ps(s, 3));
 }
+/* NAME(Q, nrows4, D, krows, ncols, S, lds ...): S[i, j] = Q[i] . krows[j] for D a multiple of 16,
+ * four keys x four rows at a time: 16 dot chains (lane d % 16, in order of d), each query load
+ * feeding four FMAs, folded by one shuffle tree (fc_hsum16_f32, the lanes and fold of
+ * fc_hsum_f32), so a dot's bits do not depend on the block it falls in.  KP is the key rows' type
+ * and KE their element type, LOAD(p) reads 16 of them as floats, and the ncols % 4 keys left go
+ * to TAIL, the same dots a key at a time; the trailing arguments are extra parameters. */
+#define FC_DEFINE_ROWDOTS4(NAME, KP, KE, LOAD, TAIL, ...)                                          \
+static inline __attribute__((always_inline)) void NAME(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, \
+                                                       KP krows, ptrdiff_t ncols, float* S,        \
+                                                       ptrdiff_t lds __VA_ARGS__) {                \
+    ptrdiff_t j = 0;                                                                               \
+    for (; j + 4 <= ncols; j += 4) {                                                               \
+        const KE *k0 = krows[j], *k1 = krows[j + 1], *k2 = krows[j + 2], *k3 = krows[j + 3];       \
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                                \
+            const float* q = Q + i * D;                                                            \
+            fc_vec_f32 a[16];   /* a[4 * key + row] */                                             \
+            for (int c = 0; c < 16; c++) a[c] = (fc_vec_f32){0};                                   \
+            for (ptrdiff_t d = 0; d < D; d += 16) {                                                \
+                fc_vec_f32 u0 = LOAD(k0 + d), u1 = LOAD(k1 + d), u2 = LOAD(k2 + d), u3 = LOAD(k3 + d); \
+                for (int r = 0; r < 4; r++) {                                                      \
+                    fc_vec_f32 x = fc_load_f32(q + r * D + d);                                     \
+                    a[r] += x * u0; a[4 + r] += x * u1; a[8 + r] += x * u2; a[12 + r] += x * u3;   \
+                }                                                                                  \
+            }                                                                                      \
+            fc_store_4x4_f32(S + i * lds + j, lds, fc_hsum16_f32((const __m512*)a));               \
+        }                                                                                          \
+    }                                                                                              \
+    if (j < ncols) TAIL;                                                                           \
+}
 #endif
 
 /* ---- Bit-level vector helpers (this level's width). ------------------------------------------- */
