@@ -45,8 +45,9 @@ def machine_info() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
-def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1) -> list[float]:
-    """Median seconds of each callable, calling them in turn so drift hits all alike."""
+def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1,
+                stat: Callable[[list[float]], Any] = np.median) -> list[float]:
+    """Median (or `stat`) seconds of each callable, calling them in turn so drift hits all alike."""
     for _ in range(warmup):
         for f in fns:
             f()
@@ -56,7 +57,7 @@ def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1)
             t0 = time.perf_counter()
             f()
             times[i].append(time.perf_counter() - t0)
-    return [float(np.median(t)) for t in times]
+    return [float(stat(t)) for t in times]
 
 
 def gemm_gflops(torch) -> Optional[float]:
@@ -547,7 +548,9 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                     kv = rng.standard_normal((1, 2, s, 64)).astype(dt)
                     args = [q, kv, kv] + ([q] if kind == "backward" else [])
                 fn = fuel_cy.registry[name].fn
-                (t,) = interleaved([lambda: fn(*args)], reps=3)
+                # the fastest of 5: what the shape costs on a quiet machine, which the model predicts
+                # (a median of 3 let one busy moment move a held-out shape by half)
+                (t,) = interleaved([lambda: fn(*args)], reps=5, stat=np.min)
                 c = fuel_cy.cost(name, *args)
                 samples.append((c.flops, c.bytes_moved, t * 1e9))
             train = samples[::2] + samples[-1:]
