@@ -75,7 +75,7 @@ cdef inline int _fc_fast_input(object x, int rank, int mask, Py_ssize_t* dims, c
 # ---- The prose rules (fuel_cy.runtime._prose_checks), typed ------------------------------------
 # The same soundness contract: True only when the rules certainly hold; False sends the call to
 # the Python rules, which accept it or raise the contract's error.  A driver is typed only while
-# its RULES list is exactly the rules implemented here (checked at import), so a rule added in
+# every rule its RULES list names has a typed copy here (checked at import), so a rule added in
 # Python is never skipped.
 
 cdef inline bint _fc_softcap_ok(dict params):
@@ -122,22 +122,31 @@ cdef bint _fc_paged_ok(dict arrays):
     return True
 
 
-# the rules each typed driver implements, by identity with RULES' functions
-_FC_TYPED_RULES = {
-    "attention_naive": (_fc_prose._softcap, _fc_prose._k_len),
-    "attention_flash": (_fc_prose._softcap, _fc_prose._k_len),
-    "attention_paged_naive": (_fc_prose._softcap, _fc_prose._paged),
-    "attention_flash_backward": (_fc_prose._softcap,),
-}
-_FC_TYPED = frozenset(d for d, rules in _FC_TYPED_RULES.items() if tuple(_fc_prose.RULES.get(d, ())) == rules)
+# Each Python rule with a typed copy, by identity; a driver is typed when every rule RULES lists
+# for it has one (so a rule added in Python without a typed copy turns its driver's typed path off)
+cdef enum:
+    _FC_RULE_SOFTCAP = 1
+    _FC_RULE_K_LEN = 2
+    _FC_RULE_PAGED = 3
+_FC_RULE_COPIES = {_fc_prose._softcap: _FC_RULE_SOFTCAP, _fc_prose._k_len: _FC_RULE_K_LEN,
+                   _fc_prose._paged: _FC_RULE_PAGED}
+_FC_DRIVER_RULES = {d: tuple(_FC_RULE_COPIES[r] for r in rules) for d, rules in _fc_prose.RULES.items()
+                    if all(r in _FC_RULE_COPIES for r in rules)}
+_FC_TYPED = frozenset(_FC_DRIVER_RULES)
 
 
 cdef bint _fc_prose_ok(str driver, dict arrays, dict params):
     """True when the prose rules of `driver` certainly hold (typed); False: run the Python rules."""
-    if driver not in _FC_TYPED or not _fc_softcap_ok(params):
+    rules = _FC_DRIVER_RULES.get(driver)
+    if rules is None:
         return False
-    if driver == "attention_paged_naive":
-        return _fc_paged_ok(arrays)
-    if driver == "attention_flash_backward":
-        return True
-    return _fc_k_len_ok(arrays, params)
+    for rule in rules:
+        if rule == _FC_RULE_SOFTCAP:
+            if not _fc_softcap_ok(params):
+                return False
+        elif rule == _FC_RULE_K_LEN:
+            if not _fc_k_len_ok(arrays, params):
+                return False
+        elif not _fc_paged_ok(arrays):
+            return False
+    return True

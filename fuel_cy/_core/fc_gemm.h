@@ -283,28 +283,14 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
 static inline void fc_rowdots_heads_##SUF(const T* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, \
                                           T* const* krows, ptrdiff_t ncols, ptrdiff_t navail,    \
                                           T* S, ptrdiff_t lds) {                                 \
-    T* hrows[FC_KEYGROUP];                                                                       \
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_KEYGROUP) {                                      \
-        ptrdiff_t n = ncols - j0 < FC_KEYGROUP ? ncols - j0 : FC_KEYGROUP;                        \
-        for (ptrdiff_t h = 0; h < nheads; h++) {                                                 \
-            fc_prefetch_head_rows((const void* const*)krows, j0, n, navail, h * D * sizeof(T), D * sizeof(T)); \
-            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = krows[j0 + j] + h * D;                  \
-            FC_ROWDOTS_HEADS_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds); \
-        }                                                                                        \
-    }                                                                                            \
+    FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP,                                           \
+        FC_ROWDOTS_HEADS_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds)) \
 }                                                                                                \
 static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, \
                                      ptrdiff_t ncols, ptrdiff_t navail, T* const* vrows, ptrdiff_t D, \
                                      T* O, ptrdiff_t ldo) {                                      \
-    T* hrows[FC_KEYGROUP];                                                                       \
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_KEYGROUP) {                                      \
-        ptrdiff_t n = ncols - j0 < FC_KEYGROUP ? ncols - j0 : FC_KEYGROUP;                        \
-        for (ptrdiff_t h = 0; h < nheads; h++) {                                                 \
-            fc_prefetch_head_rows((const void* const*)vrows, j0, n, navail, h * D * sizeof(T), D * sizeof(T)); \
-            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;                  \
-            fc_pv_rows_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo); \
-        }                                                                                        \
-    }                                                                                            \
+    FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP,                                           \
+        fc_pv_rows_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo)) \
 }
 
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_HEADS)

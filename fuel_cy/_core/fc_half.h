@@ -117,15 +117,8 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_h16, const uint16_t* const*, uint16_t, FC_LOAD_H1
 static inline __attribute__((always_inline)) void fc_rowdots_heads_h16_t(
         const float* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, const uint16_t* const* krows,
         ptrdiff_t ncols, ptrdiff_t navail, float* S, ptrdiff_t lds, const int is_f16) {
-    const uint16_t* hrows[FC_H16_GROUP];
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_H16_GROUP) {
-        ptrdiff_t n = ncols - j0 < FC_H16_GROUP ? ncols - j0 : FC_H16_GROUP;
-        for (ptrdiff_t h = 0; h < nheads; h++) {
-            fc_prefetch_head_rows((const void* const*)krows, j0, n, navail, h * D * sizeof(uint16_t), D * sizeof(uint16_t));
-            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = krows[j0 + j] + h * D;
-            FC_ROWDOTS_H16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, is_f16);
-        }
-    }
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP,
+        FC_ROWDOTS_H16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, is_f16))
 }
 /* The dots of every kv head's query rows with keys [0, ncols) (is_f16 made a constant, so each
  * type gets its own loops). */
@@ -186,15 +179,8 @@ static inline __attribute__((always_inline)) void fc_pv_h16(const float* P, ptrd
 static inline __attribute__((always_inline)) void fc_pv_heads_h16_t(
         const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t ncols, ptrdiff_t navail,
         const uint16_t* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo, const int is_f16) {
-    const uint16_t* hrows[FC_H16_GROUP];
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_H16_GROUP) {
-        ptrdiff_t n = ncols - j0 < FC_H16_GROUP ? ncols - j0 : FC_H16_GROUP;
-        for (ptrdiff_t h = 0; h < nheads; h++) {
-            fc_prefetch_head_rows((const void* const*)vrows, j0, n, navail, h * D * sizeof(uint16_t), D * sizeof(uint16_t));
-            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;
-            fc_pv_h16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16);
-        }
-    }
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, vrows, FC_H16_GROUP,
+        fc_pv_h16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16))
 }
 /* O += P V for every kv head's query rows over value rows [0, ncols) (navail: see fc_prefetch_head_rows). */
 static inline void fc_pv_heads_h16(const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4,
