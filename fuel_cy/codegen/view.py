@@ -18,7 +18,7 @@ from ..contract.build import parse_default
 from ..contract.checks import check_default, cost_symbols
 from ..contract.errors import Collector
 from ..contract.loader import FUSED_OPS_FILE, load_contracts, parse_fused_ops
-from ..contract.model import ContractDoc, Default, FusedOpInfo, InputSpec, Kernel, ParamField
+from ..contract.model import ContractDoc, Default, FusedOpInfo, InputSpec, Kernel, ParamField, Provider
 from ..dtypes import DTYPES, policy
 from ..runtime.kernel_entry import KernelEntry
 from .core_dtypes import dtypes_source, fast_bit, typenum
@@ -149,11 +149,7 @@ class KernelView:
 @dataclass(frozen=True)
 class ProviderView:
     contract: str  # the contract's file name
-    name: str
-    backend: str
-    kernel_source: str
-    link_registry: str
-    revision_base: str
+    provider: Provider  # the model's record, as parsed
 
 
 @dataclass(frozen=True)
@@ -450,8 +446,7 @@ def build_views(contracts: Path, core: Path, root: Path, check_core: bool = True
     for doc in docs:
         rel = Path(doc.path).resolve().relative_to(root.resolve()).as_posix()
         kernels += [kernel_view(doc, kernel, fused, digest, rel, api) for kernel in doc.kernels]
-    providers = tuple(ProviderView(Path(d.path).name, d.provider.name, d.provider.backend, d.provider.kernel_source,
-                                   d.provider.link_registry, d.provider.revision_base) for d in docs)
+    providers = tuple(ProviderView(Path(d.path).name, d.provider) for d in docs)
     return Views(tuple(docs), fused, tuple(kernels), providers)
 
 
