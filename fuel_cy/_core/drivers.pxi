@@ -48,26 +48,6 @@ cdef inline Py_ssize_t _up64(Py_ssize_t nbytes) noexcept nogil:
     return (nbytes + 63) // 64 * 64
 
 
-def _paged_live_blocks(q, k_cache, v_cache, block_table, context_lens, alibi_slopes, dict params):
-    """A half-type pool is widened to float32 for the core: widen only the blocks that the
-    table references for the live contexts (a decode step's blocks), renumbered in order, not
-    the whole cache, which may be far larger than one batch reads.  The kernel never reads
-    another block, so the result is the same bits."""
-    bs = k_cache.shape[1]
-    lens = _np.asarray(context_lens, dtype=_np.int64)
-    live = _np.arange(block_table.shape[1])[None, :] < (-(-lens // bs) if bs else _np.zeros_like(lens))[:, None]
-    ids = _np.where(live, block_table, 0).astype(_np.int64)
-    used = _np.unique(ids[live])
-    if used.shape[0] == 0:  # nothing live: keep one block so the core's buffers are not empty
-        used = _np.zeros(1, dtype=_np.int64)
-    if k_cache.shape[0] == 0 or used.shape[0] * 2 > k_cache.shape[0]:  # most of it is live: keep it
-        return q, k_cache, v_cache, block_table, context_lens, alibi_slopes
-    remap = _np.zeros(k_cache.shape[0], dtype=_np.uint32)
-    remap[used] = _np.arange(used.shape[0], dtype=_np.uint32)
-    table = _np.where(live, remap[ids], 0).astype(_np.uint32)
-    return q, k_cache[used], v_cache[used], table, context_lens, alibi_slopes
-
-
 cdef enum:
     CONVERT_CHUNK = 65536   # elements per task of the parallel half <-> float32 conversions
 
@@ -277,7 +257,7 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
     nthreads = _threads_for(nthreads, nout * sh.max_blocks * sh.block_size)
     paged_split(&sh, nthreads)
     cdef Py_ssize_t ntasks = paged_tasks(&sh)
-    cdef Py_ssize_t per_thread = paged_scratch(&sh)
+    cdef Py_ssize_t per_thread = paged_scratch(&sh, kc16 != NULL and rnd_t is not RoundNone)
     cdef int nt = <int>min(nthreads, ntasks)
     buf = _scratch("paged", nt * per_thread * sizeof(real_t))
     cdef real_t* scratch = <real_t*>_aligned(buf)

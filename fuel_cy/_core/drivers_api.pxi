@@ -23,12 +23,12 @@
 #            num_blocks) for the paged ones
 #   params   the validated keyword parameters (softmax_scale, softcap, causal, window_size_*, k_len)
 #   nthreads the OpenMP team size (small calls run on one thread: drivers.pxi _threads_for)
-#   is_f16   (the *_half drivers only) 1 for f16 inputs, 0 for bf16; they run under float32
-#            compute (RoundNone, float) on inputs widened exactly, or read in their 16-bit storage
+#   is_f16   (the *_half drivers only) 1 for f16 inputs, 0 for bf16; they take inputs widened
+#            exactly to float, or read in their 16-bit storage (cores.py half_storage)
 #
 # The entries also use these names of drivers.pxi: _data, _dim, _empty_as, _work, _temp, _from_work,
-# cnp (numpy's C API), and the half_prepare step _paged_live_blocks; and the type numbers numpy
-# has no constant for (_FC_NUM_<code>) of the generated _core_dtypes.pxi.
+# cnp (numpy's C API); and the type numbers numpy has no constant for (_FC_NUM_<code>) of the
+# generated _core_dtypes.pxi.
 
 
 # ---- forward: naive (scores materialized per row block) and flash (online softmax) ------------
@@ -63,13 +63,15 @@ cdef object drive_attention_paged_naive(rnd_t tag, const real_t* q, const real_t
     _paged(tag, q, kc, vc, NULL, NULL, 0, table, ctx_lens, slopes, out, dims, params, nthreads)
 
 
-cdef object drive_attention_paged_half(RoundNone tag, const float* q, const unsigned short* kc,
+cdef object drive_attention_paged_half(rnd_t tag, const float* q, const unsigned short* kc,
                                        const unsigned short* vc, const unsigned int* table,
                                        const unsigned int* ctx_lens, const float* slopes,
                                        float* out, tuple dims, dict params, int nthreads, int is_f16):
-    """Paged decode over a bf16/f16 pool under float32 compute, read in place: no widened copy of
-    the pool (the cores widen each group of keys as they go, exactly), so a decode step reads the
-    cache at two bytes an element.  Same bits as drive_attention_paged_naive on the widened pool."""
+    """Paged decode over a bf16/f16 pool read in place, under float32 compute (RoundNone: the
+    mixed kernel) or math in T (RoundBF16 / RoundF16): no widened copy of the pool (the cores
+    widen each group of keys as they go, exactly), so a decode step reads the cache at two bytes
+    an element, and a pool far larger than the live contexts costs nothing beyond them.  Same
+    bits as drive_attention_paged_naive on the widened pool."""
     _paged(tag, q, <const float*>NULL, <const float*>NULL, kc, vc, is_f16, table, ctx_lens, slopes, out, dims,
            params, nthreads)
 

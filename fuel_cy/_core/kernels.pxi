@@ -311,17 +311,57 @@ cdef inline Py_ssize_t paged_tasks(PagedShape* sh) noexcept nogil:
             * ceil_div((sh.Hq // sh.Hkv) * sh.Sq, sh.rows_per_head))
 
 
-cdef inline Py_ssize_t paged_scratch(PagedShape* sh) noexcept nogil:
+cdef inline Py_ssize_t paged_scratch(PagedShape* sh, bint widen_rows) noexcept nogil:
+    """Per task: Q rows, O rows, K^T, the score rows, and (widen_rows: math in T on a 16-bit
+    pool) a tile's keys or values widened (widen_tile)."""
     cdef Py_ssize_t rows = sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR)
-    return 2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
+    return (2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
+            + (sh.heads_per_task * BC * sh.D if widen_rows else 0))
+
+
+cdef inline void paged_gather(real_t* pool, const unsigned short* pool16, unsigned int* table_b,
+                              Py_ssize_t bs, Py_ssize_t Hkv, Py_ssize_t hk0, Py_ssize_t D, Py_ssize_t j0,
+                              Py_ssize_t n, real_t** rows, const unsigned short** rows16) noexcept nogil:
+    """The pool rows (at kv head hk0) of keys j0 .. j0 + n of one sequence, through its block table
+    row, into rows16 when the pool is 16-bit (pool16 not NULL), else into rows."""
+    cdef Py_ssize_t jj, kj, off
+    for jj in range(n):
+        kj = j0 + jj
+        off = ((table_b[kj // bs] * bs + kj % bs) * Hkv + hk0) * D
+        if pool16 != NULL:
+            rows16[jj] = pool16 + off
+        else:
+            rows[jj] = pool + off
+
+
+cdef inline void widen_tile(const unsigned short** rows16, Py_ssize_t n, Py_ssize_t width, int is_f16,
+                            float* W) noexcept nogil:
+    """The gathered 16-bit rows (width elements each: every head a task serves) widened into
+    W [n][width], exactly.  All heads of a key at once: one pass over each block's contiguous
+    bytes, which the hardware prefetchers stream; a head at a time read 2 * D bytes a key's whole
+    row apart, and its decode took 10% longer on Zen 4 (software prefetches of the next head's or
+    the next tile's rows did not help either way)."""
+    cdef Py_ssize_t jj
+    for jj in range(n):
+        fc_widen_half(rows16[jj], W + jj * width, width, is_f16)
+
+
+cdef inline void head_rows(real_t** rows, real_t* W, Py_ssize_t hl, Py_ssize_t nh, Py_ssize_t D,
+                           Py_ssize_t n, real_t** hrows) noexcept nogil:
+    """hrows[j]: key j's row for head hl of the tile, in the work type: in the pool (W NULL), or
+    in W [n][nh][D], the tile widened from a 16-bit pool (widen_tile)."""
+    cdef Py_ssize_t jj
+    for jj in range(n):
+        hrows[jj] = rows[jj] + hl * D if W == NULL else W + (jj * nh + hl) * D
 
 
 cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, real_t* vc,
                             const unsigned short* kc16, const unsigned short* vc16, int is_f16,
                             unsigned int* table, unsigned int* ctx_lens, real_t* slopes, real_t* out,
                             PagedShape* sh, double scale_in, double cap_in, real_t* buf) noexcept nogil:
-    """kc16/vc16, when not NULL, are a bf16/f16 pool read in place (float32 compute only; kc/vc
-    are then unused)."""
+    """kc16/vc16, when not NULL, are a bf16/f16 pool read in place (kc/vc are then unused): under
+    float32 compute widened in registers, under math in T a tile's keys or values at a time into
+    W (exact, so the same bits as the loops on a widened pool)."""
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, bs = sh.block_size, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t cap_keys = sh.max_blocks * bs
     cdef Py_ssize_t Skp = ceil_div(cap_keys, BC) * BC
@@ -340,6 +380,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef real_t* O = Qs + nh * nr4 * D
     cdef real_t* Kt = O + nh * nr4 * D
     cdef real_t* S = Kt + D * BC
+    cdef real_t* W = S + sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR) * Skp  # paged_scratch
     cdef real_t* rows[BC + FC_PAGED_LOOKAHEAD]
     cdef const unsigned short* rows16[BC + FC_PAGED_LOOKAHEAD]
     cdef real_t* hrows[BC]
@@ -376,19 +417,22 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                     rows16[jj] = kc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
                 fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, na, S + j0, Skp, is_f16)
                 continue
-        for jj in range(na if rnd_t is RoundNone else nc):
-            kj = j0 + jj
-            blk = table[b * sh.max_blocks + kj // bs]
-            rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
         if rnd_t is RoundNone:  # f32/f64: dot each gathered key row directly (no K^T packing)
+            for jj in range(na):
+                kj = j0 + jj
+                blk = table[b * sh.max_blocks + kj // bs]
+                rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
             if real_t is float:
                 fc_rowdots_heads_f32(Qs, nh, nr4, D, rows, nc, na, S + j0, Skp)
             else:
                 fc_rowdots_heads_f64(Qs, nh, nr4, D, rows, nc, na, S + j0, Skp)
         else:
+            paged_gather(kc, kc16, table + b * sh.max_blocks, bs, sh.Hkv, hk0, D, j0, nc, rows, rows16)
+            if real_t is float:
+                if kc16 != NULL:
+                    widen_tile(rows16, nc, nh * D, is_f16, W)
             for hl in range(nh):
-                for jj in range(nc):
-                    hrows[jj] = rows[jj] + hl * D
+                head_rows(rows, W if kc16 != NULL else NULL, hl, nh, D, nc, hrows)
                 pack_kt(hrows, nc, D, Kt)
                 qk_tile(tag, Qs + hl * nr4 * D, nr4, D, Kt, S + hl * nr4 * Skp + j0, Skp, nc)
     for hl in range(nh):
@@ -420,19 +464,22 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
                     rows16[jj] = vc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
                 fc_pv_heads_h16(S + j0, Skp, nh, nr4, nc, na, rows16, D, O, D, is_f16)
                 continue
-        for jj in range(na if rnd_t is RoundNone else nc):
-            kj = j0 + jj
-            blk = table[b * sh.max_blocks + kj // bs]
-            rows[jj] = vc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
         if rnd_t is RoundNone:
+            for jj in range(na):
+                kj = j0 + jj
+                blk = table[b * sh.max_blocks + kj // bs]
+                rows[jj] = vc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
             if real_t is float:
                 fc_pv_heads_f32(S + j0, Skp, nh, nr4, nc, na, rows, D, O, D)
             else:
                 fc_pv_heads_f64(S + j0, Skp, nh, nr4, nc, na, rows, D, O, D)
         else:
+            paged_gather(vc, vc16, table + b * sh.max_blocks, bs, sh.Hkv, hk0, D, j0, nc, rows, rows16)
+            if real_t is float:
+                if vc16 != NULL:
+                    widen_tile(rows16, nc, nh * D, is_f16, W)
             for hl in range(nh):
-                for jj in range(nc):
-                    hrows[jj] = rows[jj] + hl * D
+                head_rows(rows, W if vc16 != NULL else NULL, hl, nh, D, nc, hrows)
                 pv_accum(tag, S + hl * nr4 * Skp + j0, Skp, nr4, nc, hrows, D, O + hl * nr4 * D, D)
     for hl in range(nh):
         for r in range(nr):

@@ -60,7 +60,6 @@ class CoreBinding:
     """One kernel's implementation in the core."""
 
     driver: Driver  # drive_<driver.name> (also the key of _prose_checks.RULES)
-    half_prepare: Optional[str] = None  # step applied to a half-type call's inputs before widening
     # bf16/f16 calls go to drive_<half_driver> instead, which takes the driver's arguments and
     # is_f16 last, and reads the `half_storage` inputs in their 16-bit storage (uint16 views,
     # never widened copies)
@@ -75,14 +74,14 @@ class CoreBinding:
 BINDINGS: Mapping[str, CoreBinding] = {
     "attention_naive": CoreBinding(NAIVE),
     "attention_flash": CoreBinding(FLASH),
-    # a half-type pool is widened for the core: only the blocks the live contexts reference
-    "attention_paged_naive": CoreBinding(PAGED, "_paged_live_blocks"),
+    # a bf16/f16 pool is read in place (decode is bound by the pool's bytes; a pool may be far
+    # larger than the blocks a call reads)
+    "attention_paged_naive": CoreBinding(PAGED, half_driver="attention_paged_half", half_storage=("k_cache", "v_cache")),
     "attention_flash_backward": CoreBinding(BACKWARD),
     # fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): the same drivers, run under
     # the float32 policy (precision.compute: f32)
     # bf16 scores by vdpbf16ps where the CPU level has AVX512-BF16
     "attention_flash_mixed": CoreBinding(FLASH, half_driver="attention_flash_half"),
-    # the mixed paged kernel reads a bf16/f16 pool in place (decode is bound by the pool's bytes)
     "attention_paged_mixed": CoreBinding(PAGED, half_driver="attention_paged_half", half_storage=("k_cache", "v_cache")),
     "attention_flash_backward_mixed": CoreBinding(BACKWARD, half_driver="attention_flash_backward_half"),
 }

@@ -132,7 +132,6 @@ class KernelView:
     dtypes: tuple[DTypeView, ...]  # the element types its core entries run for
     driver: bool  # a core driver implements it (else its stub raises NotImplementedError)
     driver_name: Optional[str]
-    half_prepare: Optional[str]
     half_driver: Optional[str]
     half_storage: tuple[str, ...]
     driver_dim_refs: tuple[tuple[str, int], ...]  # (input, axis) of each dim the driver takes
@@ -413,7 +412,6 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         outputs=outputs, bundle=entry.bundle, dtypes=dtypes,
         driver=binding is not None,
         driver_name=binding.driver.name if binding else None,
-        half_prepare=binding.half_prepare if binding else None,
         half_driver=binding.half_driver if binding else None,
         half_storage=binding.half_storage if binding else (),
         # (a dim on no required input: check_bindings refuses to generate; the docs do not need it)
