@@ -255,6 +255,18 @@ def test_paged_is_bitwise_the_emulation(code, dtype):
     assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
 
 
+@pytest.mark.parametrize("target", [ml_dtypes.bfloat16, np.float16])
+def test_rounded_softmax_exp_is_fc_expf_on_every_value_of_t(target):
+    """The rounded softmax passes (fc_exp.h fc_exp_scaled_sum16_<T>) take exp on whole vectors;
+    their inputs are values of T, so comparing with the scalar exp the emulation uses on all 2^16
+    of them (and the edges) proves the vector form gives its bits."""
+    x = np.arange(2**16, dtype=np.uint16).view(target).astype(np.float32)
+    x = np.concatenate([x, np.array([88.7228, 88.8, -86.5, -86.6, -87.5, 1e-45, -1e-45], np.float32),
+                        np.array([0x7FC12345, 0xFFC00001, 0x7F800000, 0xFF800000], np.uint32).view(np.float32)])
+    vec, scalar = core()._test_expf_tv(x), core()._test_expf(x)
+    assert np.array_equal(vec.view(np.uint32), scalar.view(np.uint32))
+
+
 def test_fast_exp_f64_accuracy_and_edges():
     x = np.linspace(-707.0, 709.0, 2_000_001)
     ours = core()._test_exp_f64(x)

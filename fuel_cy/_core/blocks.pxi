@@ -146,6 +146,8 @@ cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t sca
     cdef real_t total, e
     if rnd_t is RoundNone and real_t is double and FC_ROWRED_IN_C:  # on this level's vectors
         return fc_exp_scaled_sum16_f64(s, n, scale, m)
+    if exp_sum_c(tag, s, n, scale, m, &total):  # a rounded policy's loop on vectors (fc_exp.h)
+        return total
     for l in range(NL):
         lanes[l] = 0
     while j0 + NL <= n:
@@ -330,6 +332,8 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         total = fc_exp_shift_sum16_f32(s, n, m)
     elif rnd_t is RoundNone and real_t is double and FC_ROWRED_IN_C:
         total = fc_exp_scaled_sum16_f64(s, n, 1, m)
+    elif exp_sum_c(tag, s, n, 1, m, &total):  # R(1 * s) = s: the scores are values of T
+        pass
     else:
         for j in range(n):
             s[j] = EXP(tag, R(tag, s[j] - m))

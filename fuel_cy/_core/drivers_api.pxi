@@ -68,7 +68,7 @@ cdef object drive_attention_paged_half(rnd_t tag, const float* q, const unsigned
                                        const unsigned int* ctx_lens, const float* slopes,
                                        float* out, tuple dims, dict params, int nthreads, int is_f16):
     """Paged decode over a bf16/f16 pool read in place, under float32 compute (RoundNone: the
-    mixed kernel) or math in T (RoundBF16 / RoundF16): no widened copy of the pool (the cores
+    mixed kernel) or math in T (the dtype's rounded policy): no widened copy of the pool (the cores
     widen each group of keys as they go, exactly), so a decode step reads the cache at two bytes
     an element, and a pool far larger than the live contexts costs nothing beyond them.  Same
     bits as drive_attention_paged_naive on the widened pool."""

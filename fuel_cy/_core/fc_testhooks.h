@@ -4,6 +4,7 @@
 #define FUEL_CY_FC_TESTHOOKS_H
 #include "fc_isa.h"
 #include "fc_half.h"
+#include "fc_exp.h"
 
 /* Testing hook: apply one of the vector roundings (0: bf16 integer, 1: bf16 instruction,
  * 2: f16) to n floats, 16 at a time. */
@@ -21,6 +22,17 @@ static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, i
         }
         fc_store_f32(buf, v0);
         fc_store_f32(buf + FC_W32, v1);
+        memcpy(out + i, buf, (size_t)m * 4);
+    }
+}
+
+/* Testing hook: fc_expf_tv (the rounded softmax's exp on whole vectors) on n floats. */
+static inline void fc_expf_tv_array(const float* x, float* out, ptrdiff_t n) {
+    for (ptrdiff_t i = 0; i < n; i += FC_W32) {
+        float buf[FC_W32] = {0};
+        ptrdiff_t m = n - i < FC_W32 ? n - i : FC_W32;
+        memcpy(buf, x + i, (size_t)m * 4);
+        fc_store_f32(buf, fc_expf_tv(fc_load_f32(buf)));
         memcpy(out + i, buf, (size_t)m * 4);
     }
 }

@@ -174,7 +174,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             alpha = EXP(tag, R(tag, m[r] - mn))
             if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_exp.h)
                 li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
-            elif plain or (rnd_t is RoundNone and FC_ROWRED_IN_C):  # scale 1 is exact
+            elif plain or FC_ROWRED_IN_C or rnd_t is not RoundNone:  # scale 1 is exact
                 li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
             else:
                 for jj in range(nc):
