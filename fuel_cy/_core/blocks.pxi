@@ -100,6 +100,11 @@ cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
             return fc_row_max_f32(s, n)
         else:
             return fc_row_max_f64(s, n)
+    if FC_HAVE_EXP16:  # AVX-512: reduced in registers (fc_exp.h)
+        if real_t is float:
+            return fc_row_max16_f32(s, n)
+        else:
+            return fc_row_max16_f64(s, n)
     for l in range(NL):
         lanes[l] = -INFINITY
     while j0 + NL <= n:

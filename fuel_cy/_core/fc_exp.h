@@ -109,9 +109,44 @@ static inline __m512 fc_exp16(__m512 x) {
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(y, n);
 }
-/* In place s[j] = exp(scale * s[j] - m) (one rounding: fused multiply-subtract); lanes[l] gets
- * the partial sum of lane l. */
-static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
+/* blocks.pxi row_max on zmm registers, reduced in them: the Cython loop's 16 lanes went through
+ * memory to a scalar reduction (a store-forwarding stall per row).  Max is exact and a NaN score
+ * never enters a lane (vmaxps keeps its second operand), so the order cannot matter; as there, a
+ * NaN is looked for only when every other score is -inf. */
+static inline float fc_row_max16_f32(const float* s, ptrdiff_t n) {
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) acc = _mm512_max_ps(_mm512_loadu_ps(s + j), acc);
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+        acc = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + j), acc);
+    }
+    float m = _mm512_reduce_max_ps(acc);
+    if (m == -INFINITY)
+        for (ptrdiff_t i = 0; i < n; i++)
+            if (s[i] != s[i]) return s[i];
+    return m;
+}
+static inline double fc_row_max16_f64(const double* s, ptrdiff_t n) {
+    __m512d a0 = _mm512_set1_pd(-INFINITY), a1 = a0;
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        a0 = _mm512_max_pd(_mm512_loadu_pd(s + j), a0);
+        a1 = _mm512_max_pd(_mm512_loadu_pd(s + j + 8), a1);
+    }
+    for (; j < n; j += 8) {
+        __mmask8 k = (__mmask8)(n - j >= 8 ? 0xffu : (1u << (n - j)) - 1u);
+        a0 = _mm512_max_pd(_mm512_mask_loadu_pd(_mm512_set1_pd(-INFINITY), k, s + j), a0);
+    }
+    double m = _mm512_reduce_max_pd(_mm512_max_pd(a0, a1));
+    if (m == -INFINITY)
+        for (ptrdiff_t i = 0; i < n; i++)
+            if (s[i] != s[i]) return s[i];
+    return m;
+}
+/* In place s[j] = exp(scale * s[j] - m) (one rounding: fused multiply-subtract); lane l of the
+ * result is the partial sum of lane l. */
+static inline __m512 fc_exp_acc16(float* s, ptrdiff_t n, float scale, float m) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
     __m512 acc = _mm512_setzero_ps();
     ptrdiff_t j = 0;
@@ -126,10 +161,15 @@ static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m,
         _mm512_mask_storeu_ps(s + j, k, e);
         acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
-    _mm512_storeu_ps(lanes, acc);
+    return acc;
+}
+static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
+    _mm512_storeu_ps(lanes, fc_exp_acc16(s, n, scale, m));
 }
 #else
 #define FC_HAVE_EXP16 0
+static inline float fc_row_max16_f32(const float* s, ptrdiff_t n) { (void)s; (void)n; return 0; }  /* not called */
+static inline double fc_row_max16_f64(const double* s, ptrdiff_t n) { (void)s; (void)n; return 0; }
 /* min/max of this level: like vminps/vmaxps, the second operand when either is NaN */
 #if defined(__AVX__)
 static inline fc_vec_f32 fc_min_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_min_ps((__m256)a, (__m256)b); }
@@ -254,11 +294,21 @@ static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scal
 
 /* flash: the 16 partials added pairwise */
 static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
+#if FC_HAVE_EXP16
+    /* the same tree in registers: l[i] + l[i + h] for h = 8, 4, 2, 1 (through memory, 64 rows
+     * per tile paid a store-forwarding stall each: 2% of a flash call at D = 128) */
+    __m512 acc = fc_exp_acc16(s, n, scale, m);
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+    __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+    return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
+#else
     float l[16];
     fc_exp_lanes_f32(s, n, scale, m, l);
     for (int h = 8; h >= 1; h /= 2)
         for (int i = 0; i < h; i++) l[i] = l[i] + l[i + h];
     return l[0];
+#endif
 }
 /* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order (sum16) */
 static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {

@@ -70,6 +70,9 @@ cdef extern from "fc_simd.h" nogil:
     # fc_exp.h: softmax row passes
     bint FC_ROWRED_IN_C
     float fc_row_max_f32(const float* s, Py_ssize_t n)
+    float fc_row_max16_f32(const float* s, Py_ssize_t n)
+    double fc_row_max16_f64(const double* s, Py_ssize_t n)
+    bint FC_HAVE_EXP16
     double fc_row_max_f64(const double* s, Py_ssize_t n)
     float fc_dot16_f32(const float* a, const float* b, Py_ssize_t n)
     double fc_dot16_f64(const double* a, const double* b, Py_ssize_t n)

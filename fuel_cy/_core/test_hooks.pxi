@@ -13,9 +13,6 @@ cdef extern from "fc_testhooks.h" nogil:
 cdef extern from "fc_half.h" nogil:
     bint FC_HAVE_BF16_CVT    # the bf16 GEMMs may round by vcvtne(2)ps2bf16 (AVX512-BF16)
 
-cdef extern from "fc_exp.h" nogil:
-    bint FC_HAVE_EXP16       # the f32 softmax uses the AVX-512 exp
-
 
 def _test_round(float[::1] x, str code):
     """Testing hook: the core's round-to-nearest-even of f32 values to a dtype rounded at every
