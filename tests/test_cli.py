@@ -195,20 +195,25 @@ def test_bench_targets_are_judged_from_the_results():
         return {"kernel": kernel, "dtype": dtype, "shape": shape, "ratio": ratio, "peer": peer, **extra}
 
     result = {"rows": [
-        row("attention_flash", "F32", "B=1 H=8 S=4096 D=128", 1.05, pct_gemm=91.0),
+        row("attention_flash", "F32", "B=1 H=8 S=4096 D=128", 1.25, pct_gemm=91.0),
         row("attention_flash", "F32", "B=1 H=8 S=4096 D=128 causal", 1.2, pct_gemm=90.0),
         row("attention_flash", "F32", "B=1 H=8 S=512 D=64", 6.0, peer="NumPy materialized"),
         row("attention_flash", "BF16", "B=1 H=8 S=2048 D=64", 0.3, peer="fuel_cy attention_flash f32"),
-        row("attention_paged_naive", "F32", "decode", 2.5, peer="torch SDPA (contiguous K/V)", pct_copy=59.0),
+        row("attention_flash", "F16", "B=1 H=8 S=2048 D=64", 0.3, peer="fuel_cy attention_flash f32"),
+        row("attention_paged_naive", "F32", "decode", 2.5, peer="torch SDPA (contiguous K/V)", pct_copy=69.0),
         row("attention_flash", "F32", "per call: decode GQA", 0.9, peer="torch SDPA (per call)"),
-    ], "flash_32k_rss": {"extra_mb": 33.0}, "import_ms": 14.2}
+    ], "flash_32k_rss": {"extra_mb": 33.0}, "import_ms": 14.2, "machine": {"features": ["avx512f", "avx512_bf16"]}}
     judged = {t["target"]: t for t in targets(result)}
-    assert judged["flash f32 >= 1.0x torch SDPA, every grid point"]["met"] is True  # NumPy row not counted
+    assert judged["flash f32 >= 1.2x torch SDPA, non-causal points"]["met"] is True  # NumPy row not counted
     assert judged["flash f32 >= 1.3x torch SDPA, causal points"]["met"] is False
-    assert judged["flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128"]["measured"] == "91%"
-    assert judged["bf16 within 4x of f32 (ratio >= 0.25)"]["met"] is True
-    assert judged["f16 within 4x of f32 (ratio >= 0.25)"]["met"] is None
-    assert judged["paged decode K+V read >= 60% of the copy rate"]["met"] is False
+    assert judged["flash f32 >= 80% of the f32 GEMM rate, S=4096 D=128"]["measured"] == "91%"
+    assert judged["bf16 math in T within 4x of f32 (ratio >= 0.25)"]["met"] is True
+    assert judged["f16 math in T within 4x of f32 (ratio >= 0.25; 2x on AVX512-FP16 CPUs, else 4x)"]["met"] is True
+    assert judged["backward f32 >= 1.2x torch autograd backward (GQA included)"]["met"] is None
+    assert judged["paged decode K+V read >= 70% of the copy rate"]["met"] is False
+    # on a CPU with native f16 arithmetic the f16 bound is 2x
+    fp16 = {t["target"]: t for t in targets({**result, "machine": {"features": ["avx512_fp16"]}})}
+    assert fp16["f16 math in T within 2x of f32 (ratio >= 0.50; 2x on AVX512-FP16 CPUs, else 4x)"]["met"] is False
     assert judged["flash S=32768 D=64 peak RSS <= inputs + output + 64 MB"]["measured"] == "+33 MB"
     assert judged["per call <= torch SDPA per call (decode GQA, same process)"]["met"] is False
     assert judged["import fuel_cy adds <= 20 ms (after numpy, ml_dtypes)"] == {

@@ -40,9 +40,11 @@ def machine_info() -> dict[str, Any]:
 
     info = fuel_cy.build_info()
     level = info["cpu_capability"]
-    return {"cpu": cpu.cpu_name(), "cores": os.cpu_count(), "threads": fuel_cy.get_num_threads(),
+    _, vendor, family, model = cpu._probe()
+    return {"cpu": cpu.cpu_name(), "cpu_id": f"{vendor} family {family} model {model}",
+            "cores": os.cpu_count(), "threads": fuel_cy.get_num_threads(),
             "cpu_capability": level, "flags": info["levels"][level]["compile_args"],
-            "python": platform.python_version()}
+            "features": sorted(cpu.cpu_features()), "python": platform.python_version()}
 
 
 def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1,

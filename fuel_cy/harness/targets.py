@@ -1,4 +1,4 @@
-"""The performance targets (issue #5) evaluated on a `fuel-cy bench` result: what was measured
+"""The performance targets (issues #13, #14, #5) evaluated on a `fuel-cy bench` result: what was measured
 against each goal and whether it is met.  Pure data in, data out; printed by `fuel-cy bench` and
 rendered on the site's Performance page."""
 from __future__ import annotations
@@ -16,10 +16,11 @@ def check(name: str, values: list[float], goal: float, fmt: str = "{:.2f}x") -> 
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The performance targets (issue #5; the mixed-precision rows: issue #14), each with what this
-    run measured and whether it is met (None: not
-    measured in this run, e.g. without torch or in --quick)."""
+    """The performance targets (issue #13, which raised issue #5's; the mixed-precision rows: issue
+    #14; per call, import and the gather peer: issue #5), each with what this run measured and
+    whether it is met (None: not measured in this run, e.g. without torch or in --quick)."""
     rows = result["rows"]
+    features = set(result.get("machine", {}).get("features", ()))
 
     def ratios(pred: Callable[[dict[str, Any]], bool]) -> list[float]:
         return [r["ratio"] for r in rows if r.get("ratio") is not None and pred(r)]
@@ -27,25 +28,30 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     def flash(r: dict[str, Any]) -> bool:
         return r["kernel"] == "attention_flash" and r["dtype"] == "F32" and r["peer"] == "torch SDPA"
 
+    def math_in_t(dtype: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: r["dtype"] == dtype and str(r["peer"]).startswith("fuel_cy")
+
     big = [r["pct_gemm"] for r in rows if flash(r) and r["shape"] == "B=1 H=8 S=4096 D=128"]
     threads = [r for r in rows if r["peer"] == "fuel_cy 1 thread"]
+    # native f16 arithmetic rounds each operation as the contract does: 2x where the CPU has it
+    f16_x = 2 if "avx512_fp16" in features else 4
     out = [
-        check("flash f32 >= 1.0x torch SDPA, every grid point", ratios(flash), 1.0),
+        check("flash f32 >= 1.2x torch SDPA, non-causal points",
+              ratios(lambda r: flash(r) and "causal" not in r["shape"]), 1.2),
         check("flash f32 >= 1.3x torch SDPA, causal points", ratios(lambda r: flash(r) and "causal" in r["shape"]), 1.3),
-        check("flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128", big, 85.0, "{:.0f}%"),
+        check("flash f32 >= 80% of the f32 GEMM rate, S=4096 D=128", big, 80.0, "{:.0f}%"),
         check("flash f64 >= 1.0x torch SDPA f64", ratios(lambda r: r["kernel"] == "attention_flash" and r["dtype"] == "F64"), 1.0),
-        check("backward f32 >= 1.0x torch autograd backward (GQA included)",
-              ratios(lambda r: r["kernel"] == "attention_flash_backward" and r["dtype"] == "F32"), 1.0),
+        check("backward f32 >= 1.2x torch autograd backward (GQA included)",
+              ratios(lambda r: r["kernel"] == "attention_flash_backward" and r["dtype"] == "F32"), 1.2),
         check("paged decode >= 2x torch SDPA on contiguous K/V", ratios(lambda r: r["peer"] == "torch SDPA (contiguous K/V)"), 2.0),
-        check("paged decode >= 15x torch gather + SDPA", ratios(lambda r: r["peer"] == "torch gather + SDPA"), 15.0),
-        check("paged decode K+V read >= 60% of the copy rate",
+        check("paged decode K+V read >= 70% of the copy rate",
               [r["pct_copy"] for r in rows if r.get("pct_copy") is not None and r["kernel"] == "attention_paged_naive"],
-              60.0, "{:.0f}%"),
+              70.0, "{:.0f}%"),
+        check("paged decode >= 15x torch gather + SDPA", ratios(lambda r: r["peer"] == "torch gather + SDPA"), 15.0),
         check("naive f32 within 2x of flash (ratio >= 0.5)", ratios(lambda r: r["kernel"] == "attention_naive"), 0.5),
-        check("bf16 within 4x of f32 (ratio >= 0.25)",
-              ratios(lambda r: r["dtype"] == "BF16" and str(r["peer"]).startswith("fuel_cy")), 0.25),
-        check("f16 within 4x of f32 (ratio >= 0.25)",
-              ratios(lambda r: r["dtype"] == "F16" and str(r["peer"]).startswith("fuel_cy")), 0.25),
+        check("bf16 math in T within 4x of f32 (ratio >= 0.25)", ratios(math_in_t("BF16")), 0.25),
+        check(f"f16 math in T within {f16_x}x of f32 (ratio >= {1 / f16_x:.2f}; 2x on AVX512-FP16 CPUs, else 4x)",
+              ratios(math_in_t("F16")), 1 / f16_x),
         check("1 -> all threads >= 1.8x at S=4096", [r["ratio"] for r in threads if "S=4096" in r["shape"]], 1.8),
     ]
     def mixed(kernel: str) -> Callable[[dict[str, Any]], bool]:
