@@ -181,6 +181,8 @@ cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept
             return fc_dot16_f32(a, b, n)
         else:
             return fc_dot16_f64(a, b, n)
+    if dot16_c(tag, a, b, n, &total):  # a rounded policy's loop on vectors (fc_exp.h)
+        return total
     for l in range(NL):
         lanes[l] = 0
     while j0 + NL <= n:
@@ -343,6 +345,8 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         for j in range(n):
             s[j] = EXP(tag, R(tag, s[j] - m))
         total = sum16(tag, s, n)
+    if div_row_c(tag, s, n, total):  # a rounded policy's loop on vectors (fc_exp.h)
+        return
     for j in range(n):
         s[j] = R(tag, s[j] / total)
 

@@ -88,6 +88,29 @@ static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, 
     }
 }
 
+/* dst[j * ldd + r] = src[r * lds + j] for r < nrows, j < ncols, in the same register blocks (the
+ * rounded backward's P^T and dS^T: element by element, its reads were a cache line apart and took
+ * a fifth of a bf16 backward). */
+static inline void fc_transpose_f32(const float* src, ptrdiff_t lds, ptrdiff_t nrows, ptrdiff_t ncols,
+                                    float* dst, ptrdiff_t ldd) {
+    ptrdiff_t r0 = 0;
+#ifdef FC_TB
+    for (; r0 + FC_TB <= nrows; r0 += FC_TB) {
+        ptrdiff_t j0 = 0;
+        for (; j0 + FC_TB <= ncols; j0 += FC_TB) {
+            fc_tvec r[FC_TB];
+            for (int i = 0; i < FC_TB; i++) r[i] = fc_tload(src + (r0 + i) * lds + j0);
+            fc_transpose_block(r);
+            for (int k = 0; k < FC_TB; k++) fc_tstore(dst + (j0 + k) * ldd + r0, r[k]);
+        }
+        for (; j0 < ncols; j0++)
+            for (int i = 0; i < FC_TB; i++) dst[j0 * ldd + r0 + i] = src[(r0 + i) * lds + j0];
+    }
+#endif
+    for (ptrdiff_t j = 0; j < ncols; j++)
+        for (ptrdiff_t r = r0; r < nrows; r++) dst[j * ldd + r] = src[r * lds + j];
+}
+
 /* bf16 pairs of float32 rows holding bf16 values (exactly: the widened inputs), rows x D -> out
  * [rows][D2] with row stride ldo; the top half of a float32 is its bf16. */
 static inline uint32_t fc_bf16_pair(const float* x, ptrdiff_t d, ptrdiff_t D) {

@@ -508,9 +508,12 @@ cdef inline void transpose_pad(real_t* src, Py_ssize_t lds, Py_ssize_t nrows4, P
                                Py_ssize_t ncols4, real_t* dst) noexcept nogil:
     """dst[j, r] = src[r, j] for j < ncols; rows ncols..ncols4 of dst are zero."""
     cdef Py_ssize_t r, j
-    for j in range(ncols):
-        for r in range(nrows4):
-            dst[j * nrows4 + r] = src[r * lds + j]
+    if real_t is float:  # in register blocks (fc_pack.h)
+        fc_transpose_f32(src, lds, nrows4, ncols, dst, nrows4)
+    else:
+        for j in range(ncols):
+            for r in range(nrows4):
+                dst[j * nrows4 + r] = src[r * lds + j]
     zero(dst + ncols * nrows4, (ncols4 - ncols) * nrows4)
 
 
@@ -598,6 +601,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 softmax_row(tag, srow, n)
                 # dS = P * (dP - sum_j P dP), times 1 - tanh^2(s_pre / c) under softcap
                 delta = dot16(tag, srow, dprow, n)
+                if cap == 0 and ds_row_c(tag, srow, dprow, n, delta):  # rounded: on vectors (fc_exp.h)
+                    continue
                 for j in range(n):
                     ds = R(tag, srow[j] * R(tag, dprow[j] - delta))
                     if cap != 0:
