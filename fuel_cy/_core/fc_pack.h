@@ -67,48 +67,43 @@ typedef __m128 fc_tvec;
 #define fc_tstore _mm_storeu_ps
 static inline void fc_transpose_block(__m128 r[4]) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 #endif
-static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, float* out) {
-    ptrdiff_t j0 = 0;
+/* dst[c * ldd + i] = rows[i][c] for i < n, c < ncols: square blocks transposed in registers, the
+ * edges copied one by one. */
+static inline void fc_transpose_rows(const float* const* rows, ptrdiff_t n, ptrdiff_t ncols, float* dst, ptrdiff_t ldd) {
+    ptrdiff_t i0 = 0;
 #ifdef FC_TB
-    for (; j0 + FC_TB <= n; j0 += FC_TB) {
-        ptrdiff_t d0 = 0;
-        for (; d0 + FC_TB <= D; d0 += FC_TB) {
+    for (; i0 + FC_TB <= n; i0 += FC_TB) {
+        ptrdiff_t c0 = 0;
+        for (; c0 + FC_TB <= ncols; c0 += FC_TB) {
             fc_tvec r[FC_TB];
-            for (int i = 0; i < FC_TB; i++) r[i] = fc_tload(rows[j0 + i] + d0);
+            for (int i = 0; i < FC_TB; i++) r[i] = fc_tload(rows[i0 + i] + c0);
             fc_transpose_block(r);
-            for (int k = 0; k < FC_TB; k++) fc_tstore(out + (d0 + k) * FC_BC + j0, r[k]);
+            for (int k = 0; k < FC_TB; k++) fc_tstore(dst + (c0 + k) * ldd + i0, r[k]);
         }
-        for (; d0 < D; d0++)
-            for (int i = 0; i < FC_TB; i++) out[d0 * FC_BC + j0 + i] = rows[j0 + i][d0];
+        for (; c0 < ncols; c0++)
+            for (int i = 0; i < FC_TB; i++) dst[c0 * ldd + i0 + i] = rows[i0 + i][c0];
     }
 #endif
-    for (ptrdiff_t d = 0; d < D; d++) {
-        for (ptrdiff_t j = j0; j < n; j++) out[d * FC_BC + j] = rows[j][d];
+    for (ptrdiff_t c = 0; c < ncols; c++)
+        for (ptrdiff_t i = i0; i < n; i++) dst[c * ldd + i] = rows[i][c];
+}
+static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, float* out) {
+    fc_transpose_rows((const float* const*)rows, n, D, out, FC_BC);
+    for (ptrdiff_t d = 0; d < D; d++)
         for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
-    }
 }
 
-/* dst[j * ldd + r] = src[r * lds + j] for r < nrows, j < ncols, in the same register blocks (the
- * rounded backward's P^T and dS^T: element by element, its reads were a cache line apart and took
- * a fifth of a bf16 backward). */
+/* dst[j * ldd + r] = src[r * lds + j] for r < nrows, j < ncols (the rounded backward's P^T and
+ * dS^T: element by element, its reads were a cache line apart and took a fifth of a bf16
+ * backward). */
 static inline void fc_transpose_f32(const float* src, ptrdiff_t lds, ptrdiff_t nrows, ptrdiff_t ncols,
                                     float* dst, ptrdiff_t ldd) {
-    ptrdiff_t r0 = 0;
-#ifdef FC_TB
-    for (; r0 + FC_TB <= nrows; r0 += FC_TB) {
-        ptrdiff_t j0 = 0;
-        for (; j0 + FC_TB <= ncols; j0 += FC_TB) {
-            fc_tvec r[FC_TB];
-            for (int i = 0; i < FC_TB; i++) r[i] = fc_tload(src + (r0 + i) * lds + j0);
-            fc_transpose_block(r);
-            for (int k = 0; k < FC_TB; k++) fc_tstore(dst + (j0 + k) * ldd + r0, r[k]);
-        }
-        for (; j0 < ncols; j0++)
-            for (int i = 0; i < FC_TB; i++) dst[j0 * ldd + r0 + i] = src[(r0 + i) * lds + j0];
+    for (ptrdiff_t r0 = 0; r0 < nrows; r0 += 64) {
+        const float* rows[64];
+        ptrdiff_t m = nrows - r0 < 64 ? nrows - r0 : 64;
+        for (ptrdiff_t i = 0; i < m; i++) rows[i] = src + (r0 + i) * lds;
+        fc_transpose_rows(rows, m, ncols, dst + r0, ldd);
     }
-#endif
-    for (ptrdiff_t j = 0; j < ncols; j++)
-        for (ptrdiff_t r = r0; r < nrows; r++) dst[j * ldd + r] = src[r * lds + j];
 }
 
 /* bf16 pairs of float32 rows holding bf16 values (exactly: the widened inputs), rows x D -> out
