@@ -345,7 +345,17 @@ static inline fc_vec_f32 fc_expf_tv(fc_vec_f32 x) {
     y = fc_select_f32((fc_i32v)(x > zero + 88.7228f), zero + INFINITY, y);
     return fc_select_f32(isnum, y, x);
 }
-#define FC_DEFINE_ROUNDED_EXP_SUM(SUF, RV, RS)                                                   \
+/* ... and blocks.pxi dot16 (lane l = R(lane l + R(a * b)), lanes then added in order), the
+ * backward's dS row (dP[j] = R(P[j] * R(dP[j] - delta)), no softcap) and softmax_row's
+ * normalization (s[j] = R(s[j] / total)): scalar loops that took ~40% of a bf16 backward (perf,
+ * Zen 4), as many roundings per score as the GEMMs' per contraction step.  The same steps, each
+ * rounded exactly. */
+#define FC_DEFINE_ROUNDED_ROW_PASSES(SUF, RV, RS)                                                \
+static inline float fc_lane_total_##SUF(const float l[16]) {  /* lanes in order, rounded */      \
+    float total = l[0];                                                                          \
+    for (int k = 1; k < 16; k++) total = RS(total + l[k]);                                       \
+    return total;                                                                                \
+}                                                                                                \
 static inline float fc_exp_scaled_sum16_##SUF(float* s, ptrdiff_t n, float scale, float m) {     \
     enum { NV = 16 / FC_W32 };                                                                   \
     fc_vec_f32 acc[NV];                                                                          \
@@ -365,16 +375,8 @@ static inline float fc_exp_scaled_sum16_##SUF(float* s, ptrdiff_t n, float scale
         s[j + k] = e;                                                                            \
         l[k] = RS(l[k] + e);                                                                     \
     }                                                                                            \
-    float total = l[0];                                                                          \
-    for (int k = 1; k < 16; k++) total = RS(total + l[k]);                                       \
-    return total;                                                                                \
-}
-/* blocks.pxi dot16 (lane l = R(lane l + R(a * b)), lanes then added in order), the backward's
- * dS row (dP[j] = R(P[j] * R(dP[j] - delta)), no softcap) and softmax_row's normalization
- * (s[j] = R(s[j] / total)) on whole vectors: scalar loops that
- * took ~40% of a bf16 backward (perf, Zen 4), as many roundings per score as the GEMMs' per
- * contraction step.  The same steps, each rounded exactly. */
-#define FC_DEFINE_ROUNDED_ROW_OPS(SUF, RV, RS)                                                   \
+    return fc_lane_total_##SUF(l);                                                               \
+}                                                                                                \
 static inline float fc_dot16_##SUF(const float* a, const float* b, ptrdiff_t n) {                \
     enum { NV = 16 / FC_W32 };                                                                   \
     fc_vec_f32 acc[NV];                                                                          \
@@ -386,9 +388,7 @@ static inline float fc_dot16_##SUF(const float* a, const float* b, ptrdiff_t n) 
     float l[16];                                                                                 \
     memcpy(l, acc, sizeof l);                                                                    \
     for (int k = 0; j + k < n; k++) l[k] = RS(l[k] + RS(a[j + k] * b[j + k]));                   \
-    float total = l[0];                                                                          \
-    for (int k = 1; k < 16; k++) total = RS(total + l[k]);                                       \
-    return total;                                                                                \
+    return fc_lane_total_##SUF(l);                                                               \
 }                                                                                                \
 static inline void fc_ds_row_##SUF(const float* p, float* dp, ptrdiff_t n, float delta) {        \
     ptrdiff_t j = 0;                                                                             \
@@ -402,9 +402,7 @@ static inline void fc_div_row_##SUF(float* s, ptrdiff_t n, float total) {       
     for (; j < n; j++) s[j] = RS(s[j] / total);                                                  \
 }
 /* exact roundings only: an exp can be an f32 subnormal, which vcvtneps2bf16 would flush */
-FC_DEFINE_ROUNDED_EXP_SUM(bf16, fc_rbf16_exact_v, fc_round_bf16)
-FC_DEFINE_ROUNDED_EXP_SUM(f16, fc_rf16_v, fc_round_f16)
-FC_DEFINE_ROUNDED_ROW_OPS(bf16, fc_rbf16_exact_v, fc_round_bf16)
-FC_DEFINE_ROUNDED_ROW_OPS(f16, fc_rf16_v, fc_round_f16)
+FC_DEFINE_ROUNDED_ROW_PASSES(bf16, fc_rbf16_exact_v, fc_round_bf16)
+FC_DEFINE_ROUNDED_ROW_PASSES(f16, fc_rf16_v, fc_round_f16)
 
 #endif

@@ -174,12 +174,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             alpha = EXP(tag, R(tag, m[r] - mn))
             if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_exp.h)
                 li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
-            elif plain or FC_ROWRED_IN_C or rnd_t is not RoundNone:  # scale 1 is exact
+            else:  # scale 1 is exact (transformed rows: nrow == nc)
                 li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
-            else:
-                for jj in range(nc):
-                    srow[jj] = EXP(tag, R(tag, srow[jj] - mn))
-                li = sum16(tag, srow, nc)
             zero(srow + nrow, nc - nrow)
             l[r] = R(tag, R(tag, l[r] * alpha) + li)
             if alpha != 1:
@@ -311,10 +307,15 @@ cdef inline Py_ssize_t paged_tasks(PagedShape* sh) noexcept nogil:
             * ceil_div((sh.Hq // sh.Hkv) * sh.Sq, sh.rows_per_head))
 
 
+cdef inline Py_ssize_t paged_rows(PagedShape* sh) noexcept nogil:
+    """Query rows a task holds at most: heads_per_task heads of rows_per_head rows, padded to NR."""
+    return sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR)
+
+
 cdef inline Py_ssize_t paged_scratch(PagedShape* sh, bint widen_rows) noexcept nogil:
     """Per task: Q rows, O rows, K^T, the score rows, and (widen_rows: math in T on a 16-bit
     pool) a tile's keys or values widened (widen_tile)."""
-    cdef Py_ssize_t rows = sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR)
+    cdef Py_ssize_t rows = paged_rows(sh)
     return (2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
             + (sh.heads_per_task * BC * sh.D if widen_rows else 0))
 
@@ -368,7 +369,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef Py_ssize_t nch = ceil_div(G * Sq, sh.rows_per_head), ngr = ceil_div(sh.Hkv, sh.heads_per_task)
     cdef Py_ssize_t ch = task % nch, gr = (task // nch) % ngr, b = task // (nch * ngr)
     cdef Py_ssize_t hk0 = gr * sh.heads_per_task, nh = sh.Hkv - hk0
-    cdef Py_ssize_t r0 = ch * sh.rows_per_head, nr, nr4, r, x, t, j0, nc, na, jj, kj, blk, d, rr, h, hl, qp, kend
+    cdef Py_ssize_t r0 = ch * sh.rows_per_head, nr, nr4, r, x, t, j0, nc, na, d, rr, h, hl, qp, kend
     if nh > sh.heads_per_task:
         nh = sh.heads_per_task
     nr = G * Sq - r0
@@ -380,7 +381,8 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     cdef real_t* O = Qs + nh * nr4 * D
     cdef real_t* Kt = O + nh * nr4 * D
     cdef real_t* S = Kt + D * BC
-    cdef real_t* W = S + sh.heads_per_task * ((sh.rows_per_head + NR - 1) // NR * NR) * Skp  # paged_scratch
+    cdef real_t* W = S + paged_rows(sh) * Skp  # as paged_scratch lays it out
+    cdef unsigned int* tb = table + b * sh.max_blocks   # this sequence's block table row
     cdef real_t* rows[BC + FC_PAGED_LOOKAHEAD]
     cdef const unsigned short* rows16[BC + FC_PAGED_LOOKAHEAD]
     cdef real_t* hrows[BC]
@@ -409,25 +411,17 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         na = kend - j0   # the computed rows and those the heads loops prefetch
         if na > nc + FC_PAGED_LOOKAHEAD:
             na = nc + FC_PAGED_LOOKAHEAD
-        if rnd_t is RoundNone and real_t is float:
-            if kc16 != NULL:
-                for jj in range(na):
-                    kj = j0 + jj
-                    blk = table[b * sh.max_blocks + kj // bs]
-                    rows16[jj] = kc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
-                fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, na, S + j0, Skp, is_f16)
-                continue
-        if rnd_t is RoundNone:  # f32/f64: dot each gathered key row directly (no K^T packing)
-            for jj in range(na):
-                kj = j0 + jj
-                blk = table[b * sh.max_blocks + kj // bs]
-                rows[jj] = kc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
+        if rnd_t is RoundNone:  # dot each gathered key row directly (no K^T packing)
+            paged_gather(kc, kc16, tb, bs, sh.Hkv, hk0, D, j0, na, rows, rows16)
             if real_t is float:
-                fc_rowdots_heads_f32(Qs, nh, nr4, D, rows, nc, na, S + j0, Skp)
+                if kc16 != NULL:
+                    fc_rowdots_heads_h16(Qs, nh, nr4, D, rows16, nc, na, S + j0, Skp, is_f16)
+                else:
+                    fc_rowdots_heads_f32(Qs, nh, nr4, D, rows, nc, na, S + j0, Skp)
             else:
                 fc_rowdots_heads_f64(Qs, nh, nr4, D, rows, nc, na, S + j0, Skp)
         else:
-            paged_gather(kc, kc16, table + b * sh.max_blocks, bs, sh.Hkv, hk0, D, j0, nc, rows, rows16)
+            paged_gather(kc, kc16, tb, bs, sh.Hkv, hk0, D, j0, nc, rows, rows16)
             if real_t is float:
                 if kc16 != NULL:
                     widen_tile(rows16, nc, nh * D, is_f16, W)
@@ -456,25 +450,17 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
         na = kend - j0   # the computed rows and those the heads loops prefetch
         if na > nc + FC_PAGED_LOOKAHEAD:
             na = nc + FC_PAGED_LOOKAHEAD
-        if rnd_t is RoundNone and real_t is float:
-            if vc16 != NULL:
-                for jj in range(na):
-                    kj = j0 + jj
-                    blk = table[b * sh.max_blocks + kj // bs]
-                    rows16[jj] = vc16 + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
-                fc_pv_heads_h16(S + j0, Skp, nh, nr4, nc, na, rows16, D, O, D, is_f16)
-                continue
         if rnd_t is RoundNone:
-            for jj in range(na):
-                kj = j0 + jj
-                blk = table[b * sh.max_blocks + kj // bs]
-                rows[jj] = vc + ((blk * bs + kj % bs) * sh.Hkv + hk0) * D
+            paged_gather(vc, vc16, tb, bs, sh.Hkv, hk0, D, j0, na, rows, rows16)
             if real_t is float:
-                fc_pv_heads_f32(S + j0, Skp, nh, nr4, nc, na, rows, D, O, D)
+                if vc16 != NULL:
+                    fc_pv_heads_h16(S + j0, Skp, nh, nr4, nc, na, rows16, D, O, D, is_f16)
+                else:
+                    fc_pv_heads_f32(S + j0, Skp, nh, nr4, nc, na, rows, D, O, D)
             else:
                 fc_pv_heads_f64(S + j0, Skp, nh, nr4, nc, na, rows, D, O, D)
         else:
-            paged_gather(vc, vc16, table + b * sh.max_blocks, bs, sh.Hkv, hk0, D, j0, nc, rows, rows16)
+            paged_gather(vc, vc16, tb, bs, sh.Hkv, hk0, D, j0, nc, rows, rows16)
             if real_t is float:
                 if vc16 != NULL:
                     widen_tile(rows16, nc, nh * D, is_f16, W)
