@@ -125,27 +125,9 @@ cdef inline real_t row_max(real_t* s, Py_ssize_t n) noexcept nogil:
     return m
 
 
-cdef inline real_t sum16(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
-    """sum(s) with lane j % 16 partials combined in lane order (the documented reduction order)."""
-    cdef real_t lanes[NL]
-    cdef Py_ssize_t j, l, j0 = 0
-    cdef real_t total
-    for l in range(NL):
-        lanes[l] = 0
-    while j0 + NL <= n:
-        for l in range(NL):
-            lanes[l] = R(tag, lanes[l] + s[j0 + l])
-        j0 += NL
-    for j in range(j0, n):
-        lanes[j - j0] = R(tag, lanes[j - j0] + s[j])
-    total = lanes[0]
-    for l in range(1, NL):
-        total = R(tag, total + lanes[l])
-    return total
-
-
 cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t scale, real_t m) noexcept nogil:
-    """In place s[j] = exp(scale * s[j] - m); returns their sum in sum16's lane order."""
+    """In place s[j] = exp(scale * s[j] - m); returns their sum with lane j % 16 partials combined
+    in lane order (the documented reduction order)."""
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t total, e
@@ -172,7 +154,7 @@ cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t sca
 
 
 cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept nogil:
-    """sum(a*b) in the same lane order as sum16."""
+    """sum(a*b) in the same lane order as exp_scaled_sum."""
     cdef real_t lanes[NL]
     cdef Py_ssize_t j, l, j0 = 0
     cdef real_t total
@@ -337,14 +319,8 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         return
     if rnd_t is RoundNone and real_t is float:  # the same order, the level's vector exp (fc_exp.h)
         total = fc_exp_shift_sum16_f32(s, n, m)
-    elif rnd_t is RoundNone and real_t is double and FC_ROWRED_IN_C:
-        total = fc_exp_scaled_sum16_f64(s, n, 1, m)
-    elif exp_sum_c(tag, s, n, 1, m, &total):  # R(1 * s) = s: the scores are values of T
-        pass
-    else:
-        for j in range(n):
-            s[j] = EXP(tag, R(tag, s[j] - m))
-        total = sum16(tag, s, n)
+    else:  # scale 1 is exact (R(1 * s) = s: the scores are values of T)
+        total = exp_scaled_sum(tag, s, n, 1, m)
     if div_row_c(tag, s, n, total):  # a rounded policy's loop on vectors (fc_exp.h)
         return
     for j in range(n):

@@ -263,7 +263,7 @@ static inline fc_vec_f64 fc_exp_f64_v(fc_vec_f64 x) {
     return fc_select_f64(x == x, y, x);
 }
 /* In place s[j] = exp(scale * s[j] - m); their sum over 16 lane partials added in lane order
- * (blocks.pxi's exp_scaled_sum and sum16). */
+ * (blocks.pxi's exp_scaled_sum). */
 static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scale, double m) {
     enum { NV = 16 / FC_W64 };
     fc_vec_f64 acc[NV];
@@ -310,7 +310,7 @@ static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, fl
     return l[0];
 #endif
 }
-/* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order (sum16) */
+/* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order */
 static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
     float l[16];
     fc_exp_lanes_f32(s, n, 1.0f, m, l);
