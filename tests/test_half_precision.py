@@ -13,6 +13,23 @@ import emulation
 from measures import peak_bytes_in_fresh_thread
 
 
+def _each_bf16_form(code):
+    """Run the loop body once per instruction form of the bf16 math-in-T GEMMs this CPU level has
+    (the vaddps form, and the vdpbf16ps one; the CPU picks one at load time, the tests check every
+    one), then restore the CPU's choice; once for F16 or a level without them."""
+    forms = core()._test_bf16_forms() if code == "BF16" else []
+    if not forms:
+        yield None
+        return
+    chosen = core()._test_bf16_form()
+    try:
+        for form in forms:
+            assert core()._test_bf16_form(form) == form
+            yield form
+    finally:
+        core()._test_bf16_form(chosen)
+
+
 def _interesting_floats():
     rng = np.random.default_rng(0)
     bits = [rng.integers(0, 2**32, size=400_000, dtype=np.uint64).astype(np.uint32)]
@@ -152,12 +169,13 @@ def test_naive_is_bitwise_the_emulation(code, dtype, case):
     k = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
     v = rng.standard_normal((b, hkv, sk, d)).astype(dtype)
     slopes = (rng.random(hq)).astype(dtype) if alibi else None
-    out = fuel_cy.attention_naive(q, k, v, slopes, **params)
     scale = params.get("softmax_scale", 1 / np.sqrt(d))
     emu = emulation.naive(code, q, k, v, slopes, float(np.float32(scale)), params.get("causal", False),
                           params.get("window_size_left"), params.get("window_size_right"),
                           params.get("softcap"), params.get("k_len"))
-    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+    for form in _each_bf16_form(code):
+        out = fuel_cy.attention_naive(q, k, v, slopes, **params)
+        assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
 
 
 def _half_inputs(case, dtype, seed, with_do=False):
@@ -191,9 +209,10 @@ FLASH_EMU_CASES = EMU_CASES + [
 def test_flash_is_bitwise_the_emulation(code, dtype, case):
     """attention_flash in T: the online softmax over 128-key tiles, every step rounded to T."""
     (q, k, v), slopes, params = _half_inputs(case, dtype, seed=4)
-    out = fuel_cy.attention_flash(q, k, v, slopes, **params)
     emu = emulation.flash(code, q, k, v, slopes, k_len=params.get("k_len"), **_emu_params(params, q.shape[3]))
-    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+    for form in _each_bf16_form(code):
+        out = fuel_cy.attention_flash(q, k, v, slopes, **params)
+        assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
 
 
 BWD_EMU_CASES = [
@@ -211,10 +230,11 @@ BWD_EMU_CASES = [
 @pytest.mark.parametrize("case", BWD_EMU_CASES, ids=[c[0] for c in BWD_EMU_CASES])
 def test_backward_is_bitwise_the_emulation(code, dtype, case):
     (q, k, v, do), slopes, params = _half_inputs(case, dtype, seed=5, with_do=True)
-    got = fuel_cy.attention_flash_backward(q, k, v, do, slopes, **params)
     emu = emulation.backward(code, q, k, v, do, slopes, **_emu_params(params, q.shape[3]))
-    for name, g, e in zip(("dq", "dk", "dv"), got, emu):
-        assert np.array_equal(g.astype(np.float32).view(np.uint32), e.view(np.uint32)), name
+    for form in _each_bf16_form(code):
+        got = fuel_cy.attention_flash_backward(q, k, v, do, slopes, **params)
+        for name, g, e in zip(("dq", "dk", "dv"), got, emu):
+            assert np.array_equal(g.astype(np.float32).view(np.uint32), e.view(np.uint32)), (name, form)
 
 
 @pytest.mark.parametrize("tiny", ["qk", "v"])
@@ -232,12 +252,37 @@ def test_bf16_gemms_stay_exact_where_f32_subnormals_arise(tiny):
         v = v * 2.0**-119
     q, k, v = (x.astype(ml_dtypes.bfloat16) for x in (q, k, v))
     scale = 2.0**123 if tiny == "qk" else 1 / np.sqrt(d)  # so that tiny scores still matter
-    out = fuel_cy.attention_naive(q, k, v, softmax_scale=scale)
     emu = emulation.naive("BF16", q, k, v, None, float(np.float32(scale)))
-    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+    for form in _each_bf16_form("BF16"):
+        out = fuel_cy.attention_naive(q, k, v, softmax_scale=scale)
+        assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
     products = (q.astype(np.float64)[..., :, None, :] * k.astype(np.float64)[..., None, :, :]) if tiny == "qk" \
         else v.astype(np.float64) / sk
     assert ((np.abs(products) < 2.0**-126) & (products != 0)).any()  # the case really arises
+
+
+def test_bf16_forms_agree_on_infinities_and_nans():
+    """The vdpbf16ps form adds by a dot product, where infinities, inf - inf and NaN operands could
+    come out otherwise than from vaddps: every form must give the same bits on such inputs too."""
+    forms = core()._test_bf16_forms()
+    if len(forms) < 2:
+        pytest.skip(f"this CPU level ({core().__name__}) has one bf16 GEMM form: {forms}")
+    rng = np.random.default_rng(12)
+    q, k, v, do = (rng.standard_normal((1, 2, 70, 40)) for _ in range(4))
+    q[0, 0, 3, 5], k[0, 0, 9, 1], v[0, 1, 4, 33], v[0, 1, 7, 33] = np.inf, -np.inf, np.inf, -np.inf
+    v[0, 0, 11, 2], q[0, 1, 20, 7], do[0, 0, 5, 38] = np.nan, -np.nan, np.nan
+    v[0, 0, :, 20] = 3e38  # sums that overflow
+    q, k, v, do = (x.astype(ml_dtypes.bfloat16) for x in (q, k, v, do))
+    results = {}
+    for form in _each_bf16_form("BF16"):
+        outs = [fuel_cy.attention_naive(q, k, v), fuel_cy.attention_flash(q, k, v, causal=True),
+                *fuel_cy.attention_flash_backward(q, k, v, do)]
+        results[form] = [o.view(np.uint16) for o in outs]
+        assert any(np.isnan(o.astype(np.float32)).any() for o in outs) and any(np.isfinite(o.astype(np.float32)).any() for o in outs)
+    first, *others = results.values()
+    for other in others:
+        for a, b in zip(first, other):
+            assert np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
@@ -250,9 +295,10 @@ def test_paged_is_bitwise_the_emulation(code, dtype):
     table = rng.permutation(nblocks)[: b * maxb].reshape(b, maxb).astype(np.uint32)
     lens = np.array([13, 1, 16], np.uint32)
     slopes = rng.random(hq).astype(dtype)
-    out = fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes, softcap=3.0)
     emu = emulation.paged(code, q, kc, vc, table, lens, slopes, float(np.float32(1 / np.sqrt(d))), 3.0)
-    assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+    for form in _each_bf16_form(code):
+        out = fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes, softcap=3.0)
+        assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
 
 
 @pytest.mark.parametrize("target", [ml_dtypes.bfloat16, np.float16])

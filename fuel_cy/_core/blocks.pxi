@@ -327,6 +327,15 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
         s[j] = R(tag, s[j] / total)
 
 
+cdef inline void scale_row(rnd_t tag, real_t* s, Py_ssize_t n, real_t a) noexcept nogil:
+    """s[j] = R(s[j] * a): flash's rescaling of an output row when its running max moves."""
+    if scale_row_c(tag, s, n, a):  # a rounded policy's loop on vectors (fc_exp.h)
+        return
+    cdef Py_ssize_t j
+    for j in range(n):
+        s[j] = R(tag, s[j] * a)
+
+
 cdef inline void copy_rows_padded(real_t* src, Py_ssize_t nrows, Py_ssize_t nrows4, Py_ssize_t D, real_t* dst) noexcept nogil:
     cdef Py_ssize_t x
     for x in range(nrows * D):

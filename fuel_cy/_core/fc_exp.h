@@ -346,8 +346,9 @@ static inline fc_vec_f32 fc_expf_tv(fc_vec_f32 x) {
     return fc_select_f32(isnum, y, x);
 }
 /* ... and blocks.pxi dot16 (lane l = R(lane l + R(a * b)), lanes then added in order), the
- * backward's dS row (dP[j] = R(P[j] * R(dP[j] - delta)), no softcap) and softmax_row's
- * normalization (s[j] = R(s[j] / total)): scalar loops that took ~40% of a bf16 backward (perf,
+ * backward's dS row (dP[j] = R(P[j] * R(dP[j] - delta)), no softcap), softmax_row's
+ * normalization (s[j] = R(s[j] / total)) and scale_row (s[j] = R(s[j] * a), flash's output
+ * rescaling): scalar loops that took ~40% of a bf16 backward and 4% of a bf16 flash (perf,
  * Zen 4), as many roundings per score as the GEMMs' per contraction step.  The same steps, each
  * rounded exactly. */
 #define FC_DEFINE_ROUNDED_ROW_PASSES(SUF, RV, RS)                                                \
@@ -400,9 +401,32 @@ static inline void fc_div_row_##SUF(float* s, ptrdiff_t n, float total) {       
     ptrdiff_t j = 0;                                                                             \
     for (; j + FC_W32 <= n; j += FC_W32) fc_store_f32(s + j, RV(fc_load_f32(s + j) / total));    \
     for (; j < n; j++) s[j] = RS(s[j] / total);                                                  \
+}                                                                                                \
+static inline void fc_scale_row_##SUF(float* s, ptrdiff_t n, float a) {                          \
+    ptrdiff_t j = 0;                                                                             \
+    for (; j + FC_W32 <= n; j += FC_W32) fc_store_f32(s + j, RV(fc_load_f32(s + j) * a));        \
+    for (; j < n; j++) s[j] = RS(s[j] * a);                                                      \
 }
-/* exact roundings only: an exp can be an f32 subnormal, which vcvtneps2bf16 would flush */
-FC_DEFINE_ROUNDED_ROW_PASSES(bf16, fc_rbf16_exact_v, fc_round_bf16)
+/* bf16: an exp can be an f32 subnormal, which vcvtneps2bf16 would flush, so either the exact
+ * integer rounding or the instruction with a per-vector subnormal check (fc_bf16_form picks) */
+FC_DEFINE_ROUNDED_ROW_PASSES(bf16_exact, fc_rbf16_exact_v, fc_round_bf16)
+FC_DEFINE_ROUNDED_ROW_PASSES(bf16_cvt, fc_rbf16_cvt_checked_v, fc_round_bf16)
 FC_DEFINE_ROUNDED_ROW_PASSES(f16, fc_rf16_v, fc_round_f16)
+#define FC_BF16_FORM_CALL(F, ...) (fc_bf16_form == FC_BF16_FORM_DP ? F##_bf16_cvt(__VA_ARGS__) : F##_bf16_exact(__VA_ARGS__))
+static inline float fc_exp_scaled_sum16_bf16(float* s, ptrdiff_t n, float scale, float m) {
+    return FC_BF16_FORM_CALL(fc_exp_scaled_sum16, s, n, scale, m);
+}
+static inline float fc_dot16_bf16(const float* a, const float* b, ptrdiff_t n) {
+    return FC_BF16_FORM_CALL(fc_dot16, a, b, n);
+}
+static inline void fc_ds_row_bf16(const float* p, float* dp, ptrdiff_t n, float delta) {
+    FC_BF16_FORM_CALL(fc_ds_row, p, dp, n, delta);
+}
+static inline void fc_div_row_bf16(float* s, ptrdiff_t n, float total) {
+    FC_BF16_FORM_CALL(fc_div_row, s, n, total);
+}
+static inline void fc_scale_row_bf16(float* s, ptrdiff_t n, float a) {
+    FC_BF16_FORM_CALL(fc_scale_row, s, n, a);
+}
 
 #endif

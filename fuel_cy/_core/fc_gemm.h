@@ -374,7 +374,23 @@ static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
         }                                                                                        \
     }
 
-#define FC_DEFINE_ROUNDED(SUF, RV2, RS)                                                           \
+/* The D % (2 W) columns of a rounded O += P V from d0: one lane at a time, same order. */
+#define FC_DEFINE_PV_TAIL(SUF, RS)                                                                \
+static inline void fc_pv_tail_##SUF(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, \
+                                    float* const* vrows, ptrdiff_t d0, ptrdiff_t D, float* O, ptrdiff_t ldo) { \
+    for (; d0 < D; d0++) {                                                                       \
+        for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
+            const float* pr = P + i * ldp;                                                       \
+            float a = O[i * ldo + d0];                                                           \
+            for (ptrdiff_t j = 0; j < ncols; j++) a = RS(a + RS(pr[j] * vrows[j][d0]));          \
+            O[i * ldo + d0] = a;                                                                 \
+        }                                                                                        \
+    }                                                                                            \
+}
+FC_DEFINE_PV_TAIL(bf16, fc_round_bf16)
+FC_DEFINE_PV_TAIL(f16, fc_round_f16)
+
+#define FC_DEFINE_ROUNDED(SUF, RV2, TAIL)                                                        \
 static inline void fc_qk_##SUF(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,   \
                                float* S, ptrdiff_t lds, ptrdiff_t ncols) {                       \
     for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * FC_W32) {                                       \
@@ -393,47 +409,12 @@ static inline void fc_pv_##SUF(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, 
         for (; i + 4 <= nrows4; i += 4) FC_RPV_BLOCK(RV2, 4)                                      \
         for (; i < nrows4; i += 2) FC_RPV_BLOCK(RV2, 2)                                           \
     }                                                                                            \
-    for (; d0 < D; d0++) {  /* D % (2 W) tail: one lane at a time, same order */               \
-        for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
-            const float* pr = P + i * ldp;                                                       \
-            float a = O[i * ldo + d0];                                                           \
-            for (ptrdiff_t j = 0; j < ncols; j++) a = RS(a + RS(pr[j] * vrows[j][d0]));          \
-            O[i * ldo + d0] = a;                                                                 \
-        }                                                                                        \
-    }                                                                                            \
+    fc_pv_tail_##TAIL(P, ldp, nrows4, ncols, vrows, d0, D, O, ldo);                              \
 }
 
-FC_DEFINE_ROUNDED(bf16_exact, fc_rbf16_exact_v2, fc_round_bf16)
-FC_DEFINE_ROUNDED(bf16_cvt, fc_rbf16_cvt_v2, fc_round_bf16)
-FC_DEFINE_ROUNDED(f16, fc_rf16_v2, fc_round_f16)
-
-/* bf16 entry points: the one-instruction rounding when the operands' exponents rule out f32
- * subnormals anywhere in the chain (the common case), the integer rounding otherwise. */
-static inline void fc_qk_bf16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
-                              float* S, ptrdiff_t lds, ptrdiff_t ncols) {
-    if (FC_HAVE_BF16_CVT && fc_min_exp_field(Q, nrows4 * D) + fc_min_exp_field(Kt, D * FC_BC) >= 142u)
-        fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
-    else
-        fc_qk_bf16_exact(Q, nrows4, D, Kt, S, lds, ncols);
-}
-static inline void fc_pv_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
-                              float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
-    if (FC_HAVE_BF16_CVT) {
-        unsigned ep = 255u, ev = 255u, eo = 255u, e;
-        for (ptrdiff_t i = 0; i < nrows4; i++) {
-            e = fc_min_exp_field(P + i * ldp, ncols); ep = e < ep ? e : ep;
-            e = fc_min_exp_field(O + i * ldo, D); eo = e < eo ? e : eo;
-        }
-        for (ptrdiff_t j = 0; j < ncols; j++) {
-            e = fc_min_exp_field(vrows[j], D); ev = e < ev ? e : ev;
-        }
-        if (ep + ev >= 142u && eo >= 8u) {
-            fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
-            return;
-        }
-    }
-    fc_pv_bf16_exact(P, ldp, nrows4, ncols, vrows, D, O, ldo);
-}
+FC_DEFINE_ROUNDED(bf16_exact, fc_rbf16_exact_v2, bf16)
+FC_DEFINE_ROUNDED(bf16_cvt, fc_rbf16_cvt_v2, bf16)
+FC_DEFINE_ROUNDED(f16, fc_rf16_v2, f16)
 
 /* ---- bf16 dot products for the float32-compute kernels (AVX512-BF16). ------------------------
  * S = Q K^T for bf16 Q and K by vdpbf16ps: every product of two bf16 values is exact in float32,
@@ -479,5 +460,213 @@ static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t 
     (void)Qp; (void)nrows4; (void)D2; (void)Kp; (void)S; (void)lds; (void)ncols;  /* never called */
 }
 #endif
+
+/* ---- The "math in T" bf16 GEMMs with the additions on vdpbf16ps (AVX512-BF16). ---------------
+ * The accumulators stay packed bf16 (32 per register: a rounded sum is exactly a bf16 value), and
+ * each step's addition a + R(p) runs on vdpbf16ps: vpermt2w pairs every accumulator (low half)
+ * with its rounded product (high half) in one f32 lane, and the dot product of that pair with
+ * (1, 1) from -0 is -0 + a*1 + p*1, where -0 + x is x exactly (+0 and -0 too) and the other
+ * addition is the f32 a + p, whether the instruction rounds once or twice.  vcvtne2ps2bf16 then
+ * rounds the 32 sums and leaves them packed for the next step.  Against the vaddps form
+ * (fc_rbf16_cvt_v2 on the sums, whose vpermw spread them back to f32 lanes): the same bits, one
+ * vpermt2w per 16 lanes instead of two vpermw, 20% less time per rounded multiply-add on Zen 4
+ * (microbenchmark, 6 rows: 1.10 vs 1.38 ns).  vdpbf16ps reads bf16 subnormals as zero and flushes
+ * f32 subnormal results, so this form runs under the same proof as the instruction rounding (no
+ * f32 subnormal anywhere in the chain), and only on finite operands whose sums cannot overflow
+ * (fc_bf16_dp_fits): which NaN an addition of two NaNs returns follows the operand order, which
+ * the two forms do not share (measured: the sign of such NaNs differed), so neither inf nor NaN
+ * may reach this form.  Which form runs is chosen per CPU: fc_bf16_form (fc_half.h). */
+#if FC_HAVE_DPBF16
+#define FC_HAVE_BF16_DP 1
+/* pairs (A[i], P[i]) for lanes 0..15 and (A[16 + i], P[16 + i]) for lanes 16..31, as vpermt2w
+ * indices with P the first table and A the second (index + 32) */
+static inline __m512i fc_bf16_pair_index(int half) {
+    const __m512i lane = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
+                                          7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i even_is_a = _mm512_set_epi16(0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32,
+                                               0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32);
+    return _mm512_add_epi16(_mm512_add_epi16(lane, even_is_a), _mm512_set1_epi16((short)(16 * half)));
+}
+/* The smallest (as fc_min_exp_field) and largest (255: an inf or NaN) exponent fields among n
+ * floats, folded into *lo and *hi: the two proofs of the vdpbf16ps form in one pass. */
+static inline void fc_exp_field_span(const float* p, ptrdiff_t n, unsigned* lo, unsigned* hi) {
+    __m512i mn = _mm512_set1_epi32(-1), mx = _mm512_setzero_si512();
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_and_si512(_mm512_loadu_si512(p + i), _mm512_set1_epi32(0x7fffffff));
+        mx = _mm512_max_epu32(mx, u);
+        mn = _mm512_min_epu32(mn, _mm512_sub_epi32(u, _mm512_set1_epi32(1)));
+    }
+    uint32_t rmin = _mm512_reduce_min_epu32(mn), rmax = _mm512_reduce_max_epu32(mx);
+    for (; i < n; i++) {
+        uint32_t u = fc_f2u(p[i]) & 0x7fffffffu;
+        rmax = u > rmax ? u : rmax;
+        rmin = u - 1u < rmin ? u - 1u : rmin;
+    }
+    unsigned e_lo = rmin == 0xffffffffu ? 255u : ((rmin + 1u) >> 23 < 1u ? 1u : (rmin + 1u) >> 23);
+    *lo = e_lo < *lo ? e_lo : *lo;
+    *hi = (rmax >> 23) > *hi ? rmax >> 23 : *hi;
+}
+/* Whether the chains a = R(a + R(x y)) of n steps stay finite, given the largest exponent fields
+ * of the starting accumulators (e0), of the x (e1) and of the y (e2): every value is below
+ * 2^(field - 126), so every rounded product and the start are at most 2^E with
+ * E = max(e1 + e2 - 252, e0 - 126), and after n steps |a| <= (n + 1) 2^E (1 + 2^-8)^n, whose log2
+ * is below E + bitlen(n + 1) + n / 177 + 1 (log2(1 + 2^-8) < 1/177).  At most 2^127 never rounds
+ * to inf. */
+static inline int fc_bf16_dp_fits(unsigned e0, unsigned e1, unsigned e2, ptrdiff_t n) {
+    if (e0 > 254u || e1 > 254u || e2 > 254u) return 0;
+    int e = (int)e1 + (int)e2 - 252, e_start = (int)e0 - 126;
+    e = e > e_start ? e : e_start;
+    int bits = 0;
+    for (ptrdiff_t m = n + 1; m; m >>= 1) bits++;
+    return e + bits + (int)(n / 177) + 1 <= 127;
+}
+#define FC_BF16_DP_CONSTS                                                                        \
+    const __m512i pair0 = fc_bf16_pair_index(0), pair1 = fc_bf16_pair_index(1);                  \
+    const __m512 negzero = _mm512_set1_ps(-0.0f);                                                \
+    const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);
+/* A = R(A + R(p)) for 32 packed bf16 accumulators and two f32 vectors of exact products */
+#define FC_BF16_DP_STEP(A, P0, P1)                                                               \
+    {                                                                                            \
+        __m512i pr = (__m512i)_mm512_cvtne2ps_pbh((__m512)(P1), (__m512)(P0));                    \
+        __m512 s0 = _mm512_dpbf16_ps(negzero, (__m512bh)_mm512_permutex2var_epi16(pr, pair0, A), ones); \
+        __m512 s1 = _mm512_dpbf16_ps(negzero, (__m512bh)_mm512_permutex2var_epi16(pr, pair1, A), ones); \
+        A = (__m512i)_mm512_cvtne2ps_pbh(s1, s0);                                                 \
+    }
+/* 32 packed bf16 values to two f32 vectors; two f32 vectors of bf16 values (not f32 subnormals)
+ * to 32 packed, exactly */
+static inline void fc_bf16_unpack32(__m512i A, fc_vec_f32* x0, fc_vec_f32* x1) {
+    *x0 = (fc_vec_f32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(A)), 16);
+    *x1 = (fc_vec_f32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(A, 1)), 16);
+}
+static inline __m512i fc_bf16_pack32(const float* x) {
+    return (__m512i)_mm512_cvtne2ps_pbh((__m512)fc_load_f32(x + FC_W32), (__m512)fc_load_f32(x));
+}
+
+#define FC_DPQK_BLOCK(NRB)                                                                        \
+    {                                                                                            \
+        const float* q[NRB];                                                                     \
+        __m512i a[NRB];                                                                          \
+        for (int r = 0; r < NRB; r++) { q[r] = Q + (i + r) * D; a[r] = _mm512_setzero_si512(); } \
+        const float* kp = Kt + j0;                                                               \
+        for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
+            fc_vec_f32 k0 = fc_load_f32(kp), k1 = fc_load_f32(kp + FC_W32);                      \
+            for (int r = 0; r < NRB; r++) FC_BF16_DP_STEP(a[r], q[r][d] * k0, q[r][d] * k1)     \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_vec_f32 s0, s1;                                                                   \
+            fc_bf16_unpack32(a[r], &s0, &s1);                                                    \
+            fc_store_f32(S + (i + r) * lds + j0, s0);                                            \
+            fc_store_f32(S + (i + r) * lds + j0 + FC_W32, s1);                                   \
+        }                                                                                        \
+    }
+
+#define FC_DPPV_BLOCK(NRB)                                                                        \
+    {                                                                                            \
+        const float* p[NRB];                                                                     \
+        __m512i a[NRB];                                                                          \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            p[r] = P + (i + r) * ldp;                                                            \
+            a[r] = fc_bf16_pack32(O + (i + r) * ldo + d0);                                       \
+        }                                                                                        \
+        for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
+            fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0), v1 = fc_load_f32(vrows[j] + d0 + FC_W32); \
+            for (int r = 0; r < NRB; r++) FC_BF16_DP_STEP(a[r], p[r][j] * v0, p[r][j] * v1)     \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_vec_f32 o0, o1;                                                                   \
+            fc_bf16_unpack32(a[r], &o0, &o1);                                                    \
+            fc_store_f32(O + (i + r) * ldo + d0, o0);                                            \
+            fc_store_f32(O + (i + r) * ldo + d0 + FC_W32, o1);                                   \
+        }                                                                                        \
+    }
+
+static inline void fc_qk_bf16_dp(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
+                                 float* S, ptrdiff_t lds, ptrdiff_t ncols) {
+    FC_BF16_DP_CONSTS
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * FC_W32) {
+        ptrdiff_t i = 0;
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_DPQK_BLOCK(FC_NRB)
+        for (; i + 4 <= nrows4; i += 4) FC_DPQK_BLOCK(4)
+        for (; i < nrows4; i += 2) FC_DPQK_BLOCK(2)
+    }
+}
+static inline void fc_pv_bf16_dp(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                 float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    FC_BF16_DP_CONSTS
+    ptrdiff_t d0 = 0;
+    for (; d0 + 2 * FC_W32 <= D; d0 += 2 * FC_W32) {
+        ptrdiff_t i = 0;
+        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_DPPV_BLOCK(FC_NRB)
+        for (; i + 4 <= nrows4; i += 4) FC_DPPV_BLOCK(4)
+        for (; i < nrows4; i += 2) FC_DPPV_BLOCK(2)
+    }
+    fc_pv_tail_bf16(P, ldp, nrows4, ncols, vrows, d0, D, O, ldo);
+}
+/* fc_qk_bf16 / fc_pv_bf16 where this CPU takes the vdpbf16ps form: both proofs from one scan of
+ * the operands, then the fastest form they allow (1: ran). */
+static inline int fc_qk_bf16_try_dp(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
+                                    float* S, ptrdiff_t lds, ptrdiff_t ncols) {
+    unsigned lq = 255u, hq = 0u, lk = 255u, hk = 0u;
+    fc_exp_field_span(Q, nrows4 * D, &lq, &hq);
+    fc_exp_field_span(Kt, D * FC_BC, &lk, &hk);
+    if (lq + lk < 142u) return 0;
+    if (fc_bf16_dp_fits(0u, hq, hk, D)) fc_qk_bf16_dp(Q, nrows4, D, Kt, S, lds, ncols);
+    else fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
+    return 1;
+}
+static inline int fc_pv_bf16_try_dp(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                    float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    unsigned lp = 255u, hp = 0u, lv = 255u, hv = 0u, lo = 255u, ho = 0u;
+    for (ptrdiff_t i = 0; i < nrows4; i++) {
+        fc_exp_field_span(P + i * ldp, ncols, &lp, &hp);
+        fc_exp_field_span(O + i * ldo, D, &lo, &ho);
+    }
+    for (ptrdiff_t j = 0; j < ncols; j++) fc_exp_field_span(vrows[j], D, &lv, &hv);
+    if (lp + lv < 142u || lo < 8u) return 0;
+    if (fc_bf16_dp_fits(ho, hp, hv, ncols)) fc_pv_bf16_dp(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+    else fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+    return 1;
+}
+#else
+#define FC_HAVE_BF16_DP 0
+#define fc_qk_bf16_dp fc_qk_bf16_cvt
+#define fc_pv_bf16_dp fc_pv_bf16_cvt
+#define fc_qk_bf16_try_dp(Q, nrows4, D, Kt, S, lds, ncols) 0
+#define fc_pv_bf16_try_dp(P, ldp, nrows4, ncols, vrows, D, O, ldo) 0
+#endif
+
+/* bf16 entry points: an instruction form when the operands' exponents rule out f32 subnormals
+ * anywhere in the chain (the common case), the integer rounding otherwise. */
+static inline void fc_qk_bf16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
+                              float* S, ptrdiff_t lds, ptrdiff_t ncols) {
+    if (fc_bf16_form == FC_BF16_FORM_DP) {
+        if (fc_qk_bf16_try_dp(Q, nrows4, D, Kt, S, lds, ncols)) return;
+    } else if (FC_HAVE_BF16_CVT && fc_min_exp_field(Q, nrows4 * D) + fc_min_exp_field(Kt, D * FC_BC) >= 142u) {
+        fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
+        return;
+    }
+    fc_qk_bf16_exact(Q, nrows4, D, Kt, S, lds, ncols);
+}
+static inline void fc_pv_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                              float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    if (fc_bf16_form == FC_BF16_FORM_DP) {
+        if (fc_pv_bf16_try_dp(P, ldp, nrows4, ncols, vrows, D, O, ldo)) return;
+    } else if (FC_HAVE_BF16_CVT) {
+        unsigned ep = 255u, ev = 255u, eo = 255u, e;
+        for (ptrdiff_t i = 0; i < nrows4; i++) {
+            e = fc_min_exp_field(P + i * ldp, ncols); ep = e < ep ? e : ep;
+            e = fc_min_exp_field(O + i * ldo, D); eo = e < eo ? e : eo;
+        }
+        for (ptrdiff_t j = 0; j < ncols; j++) {
+            e = fc_min_exp_field(vrows[j], D); ev = e < ev ? e : ev;
+        }
+        if (ep + ev >= 142u && eo >= 8u) {
+            fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+            return;
+        }
+    }
+    fc_pv_bf16_exact(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+}
 
 #endif

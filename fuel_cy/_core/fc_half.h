@@ -8,6 +8,7 @@
 #define FUEL_CY_FC_HALF_H
 #include "fc_math.h"
 #include "fc_isa.h"
+#include "fc_cpuid.h"    /* the vendor, for fc_bf16_form */
 
 /* ---- Half-type storage <-> the float work arrays. ----------------------------------------------
  * Widening is exact; narrowing rounds to nearest even (below).  NumPy's own float16
@@ -250,10 +251,35 @@ static inline void fc_rbf16_cvt_v2(fc_vec_f32* x0, fc_vec_f32* x1) {
     *x0 = (fc_vec_f32)_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, lo_to_high, h);
     *x1 = (fc_vec_f32)_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, hi_to_high, h);
 }
+/* vcvtneps2bf16 unless a lane is an f32 subnormal (which it would flush), then the integer
+ * rounding: for row passes whose values need no proof (an exp may be subnormal, rarely). */
+static inline fc_vec_f32 fc_rbf16_cvt_checked_v(fc_vec_f32 x) {
+    __m512i u = (__m512i)x;
+    __mmask16 subnormal = _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff)),
+                                                       u, _mm512_set1_epi32(0x7f800000));
+    return subnormal ? fc_rbf16_exact_v(x) : fc_rbf16_cvt_v(x);
+}
 #else
 #define FC_HAVE_BF16_CVT 0
 #define fc_rbf16_cvt_v fc_rbf16_exact_v
+#define fc_rbf16_cvt_checked_v fc_rbf16_exact_v
 #endif
+
+/* Which instruction form the bf16 math-in-T loops take (same bits either way): the vdpbf16ps
+ * additions in the GEMMs (fc_gemm.h) and vcvtneps2bf16 in the row passes (fc_exp.h) on AMD CPUs,
+ * where they were measured faster (Zen 4); elsewhere the vaddps GEMM form and the integer row
+ * rounding, as before: Sapphire Rapids runs vpermt2w at half the rate of vpermw and has not been
+ * measured with either.  Set once when the module loads; the tests switch it through a hook to
+ * check every form on one CPU. */
+enum { FC_BF16_FORM_CVT = 0, FC_BF16_FORM_DP = 1 };
+static int fc_bf16_form = FC_BF16_FORM_CVT;
+__attribute__((constructor)) static void fc_bf16_form_init(void) {
+    unsigned char have[FC_F_COUNT];
+    char vendor[13];
+    unsigned family, model;
+    fc_cpu_features(have, vendor, &family, &model);
+    fc_bf16_form = FC_HAVE_BF16_CVT && strcmp(vendor, "AuthenticAMD") == 0 ? FC_BF16_FORM_DP : FC_BF16_FORM_CVT;
+}
 
 /* vcvtps2ph/vcvtph2ps (F16C, avx2 and up): round-to-nearest-even binary16 with subnormals,
  * overflow and NaN exactly as fc_f32_to_f16_bits; without F16C, fc_round_f16's branch-free

@@ -140,15 +140,17 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         cls = tile_class(i0, ilast, j0, j0 + nc - 1, o)
         if cls == 0:
             continue
-        # f32/f64 tiles with nothing but a positive scale take a fused path: the row max of the
-        # raw dots gives the max of the scores (rounding is monotonic), then one pass computes
-        # exp(scale * x - m), stores it and sums it.  Same math, two passes instead of four.
-        # A causal diagonal tile is such a tile too: row r attends the prefix j < qpos + 1 of
-        # it, and no row attends past the last row's prefix, so neither dots nor weights are
-        # computed there (they would be masked to p = 0).
-        plain = (rnd_t is RoundNone and cap == 0 and slopes == NULL and scale > 0
+        # Tiles with nothing but a positive scale take a fused path: the row max of the raw dots
+        # gives the max of the scores (rounding, to f32 or to T, is monotonic), then one pass
+        # computes exp(scale * x - m), stores it and sums it.  Same math, two passes instead of
+        # four.  A causal diagonal tile is such a tile too: row r attends the prefix j < qpos + 1
+        # of it, and no row attends past the last row's prefix, so for f32/f64 neither dots nor
+        # weights are computed there (they would be masked to p = 0).  Math in T keeps those
+        # columns (their p = 0 enter O's rounded sums: R(-0 + R(0 * v)) can be +0, as in the
+        # emulation).
+        plain = (cap == 0 and slopes == NULL and scale > 0
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
-        if plain and cls == 1 and ilast + 1 - j0 < nc:
+        if rnd_t is RoundNone and plain and cls == 1 and ilast + 1 - j0 < nc:
             nc = ilast + 1 - j0
         if kpp != NULL:
             if rnd_t is RoundNone and real_t is float:
@@ -179,9 +181,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             zero(srow + nrow, nc - nrow)
             l[r] = R(tag, R(tag, l[r] * alpha) + li)
             if alpha != 1:
-                orow = O + r * D
-                for d in range(D):
-                    orow[d] = R(tag, orow[d] * alpha)
+                scale_row(tag, O + r * D, D, alpha)
             m[r] = mn
         for r in range(nr, nr4):
             zero(S + r * BC, nc)

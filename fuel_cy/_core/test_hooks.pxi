@@ -42,6 +42,36 @@ def _test_round_vec(float[::1] x, str which):
     return out
 
 
+cdef extern from "fc_gemm.h" nogil:
+    bint FC_HAVE_BF16_DP
+cdef extern from "fc_half.h" nogil:
+    int fc_bf16_form   # which instruction form the bf16 math-in-T loops take (set at load)
+    enum:
+        FC_BF16_FORM_CVT
+        FC_BF16_FORM_DP
+
+
+def _test_bf16_forms():
+    """Testing hook: the instruction forms of the bf16 math-in-T loops this build has (fc_half.h
+    fc_bf16_form): "vaddps" (GEMM additions by vaddps, row passes rounded by integer arithmetic) and
+    "vdpbf16ps" (GEMM additions by vdpbf16ps on packed accumulators, row passes rounded by
+    vcvtneps2bf16); empty without AVX512-BF16, where the loops have one form."""
+    if not FC_HAVE_BF16_CVT:
+        return []
+    return ["vaddps", "vdpbf16ps"] if FC_HAVE_BF16_DP else ["vaddps"]
+
+
+def _test_bf16_form(form=None):
+    """Testing hook: the form the bf16 math-in-T loops take (chosen per CPU at load time); with an
+    argument (one of _test_bf16_forms()), switch to it first."""
+    global fc_bf16_form
+    if form is not None:
+        if form not in _test_bf16_forms():
+            raise ValueError(form)
+        fc_bf16_form = FC_BF16_FORM_DP if form == "vdpbf16ps" else FC_BF16_FORM_CVT
+    return "vdpbf16ps" if fc_bf16_form == FC_BF16_FORM_DP else "vaddps"
+
+
 # whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
 _TEST_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)
 
