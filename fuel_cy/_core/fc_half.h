@@ -259,10 +259,21 @@ static inline fc_vec_f32 fc_rbf16_cvt_checked_v(fc_vec_f32 x) {
                                                        u, _mm512_set1_epi32(0x7f800000));
     return subnormal ? fc_rbf16_exact_v(x) : fc_rbf16_cvt_v(x);
 }
+/* The same for one float: vcvtneps2bf16 on one lane, whose latency (a row's lane total is a chain
+ * of 15 dependent roundings) is about two thirds of the integer rounding's through a GPR. */
+static inline float fc_round_bf16_cvt_checked(float f) {
+    __m128i u = _mm_castps_si128(_mm_set_ss(f));
+    if (__builtin_expect(_mm_mask_testn_epi32_mask(_mm_test_epi32_mask(u, _mm_set1_epi32(0x007fffff)), u,
+                                                   _mm_set1_epi32(0x7f800000)) & 1, 0))
+        return fc_round_bf16(f);
+    __m128i h = (__m128i)_mm_cvtneps_pbh(_mm_castsi128_ps(u));
+    return _mm_cvtss_f32(_mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16)));
+}
 #else
 #define FC_HAVE_BF16_CVT 0
 #define fc_rbf16_cvt_v fc_rbf16_exact_v
 #define fc_rbf16_cvt_checked_v fc_rbf16_exact_v
+#define fc_round_bf16_cvt_checked fc_round_bf16
 #endif
 
 /* Which instruction form the bf16 math-in-T loops take (same bits either way): the vdpbf16ps

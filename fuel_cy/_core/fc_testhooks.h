@@ -7,7 +7,7 @@
 #include "fc_exp.h"
 
 /* Testing hook: apply one of the vector roundings (0: bf16 integer, 1: bf16 instruction,
- * 2: f16) to n floats, 16 at a time. */
+ * 2: f16, 4: bf16 instruction with the subnormal check, 5: its one-float form) to n floats. */
 static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, int which) {
     for (ptrdiff_t i = 0; i < n; i += 2 * FC_W32) {  /* 3: the pair form used by the bf16 GEMMs */
         float buf[2 * FC_W32] = {0};
@@ -16,6 +16,13 @@ static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, i
         fc_vec_f32 v0 = fc_load_f32(buf), v1 = fc_load_f32(buf + FC_W32);
         if (which == 3) {
             fc_rbf16_cvt_v2(&v0, &v1);
+        } else if (which == 4) {
+            v0 = fc_rbf16_cvt_checked_v(v0);
+            v1 = fc_rbf16_cvt_checked_v(v1);
+        } else if (which == 5) {
+            for (ptrdiff_t k = 0; k < m; k++) buf[k] = fc_round_bf16_cvt_checked(buf[k]);
+            memcpy(out + i, buf, (size_t)m * 4);
+            continue;
         } else {
             v0 = which == 0 ? fc_rbf16_exact_v(v0) : which == 1 ? fc_rbf16_cvt_v(v0) : fc_rf16_v(v0);
             v1 = which == 0 ? fc_rbf16_exact_v(v1) : which == 1 ? fc_rbf16_cvt_v(v1) : fc_rf16_v(v1);
