@@ -203,7 +203,8 @@ def test_a_record_without_its_c_math_is_refused_naming_dtype_and_function(tmp_pa
         render(Layout(ROOT), tmp_path / "out")
     messages = [str(p) for p in info.value.problems]
     functions = ("fc_qk_f8", "fc_pv_f8", "fc_round_f8", "fc_f32_to_f8_bits", "fc_f8_bits_to_f32",
-                 "fc_exp_scaled_sum16_f8", "fc_dot16_f8", "fc_ds_row_f8", "fc_div_row_f8", "fc_scale_row_f8")
+                 "fc_exp_scaled_sum16_f8", "fc_dot16_f8", "fc_ds_row_f8", "fc_div_row_f8", "fc_scale_row_f8",
+                 "fc_exp_scaled_lanes16_f8", "fc_lane_totals_f8")
     for function in functions:
         assert any(f"C function {function} " in m and "DTYPES['F8']" in m for m in messages), (function, messages)
     assert len(messages) == len(functions) and all(p.path == "fuel_cy/dtypes.py" for p in info.value.problems)

@@ -129,12 +129,23 @@ cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t sca
     """In place s[j] = exp(scale * s[j] - m); returns their sum with lane j % 16 partials combined
     in lane order (the documented reduction order)."""
     cdef real_t lanes[NL]
-    cdef Py_ssize_t j, l, j0 = 0
-    cdef real_t total, e
+    cdef real_t total
     if rnd_t is RoundNone and real_t is double and FC_ROWRED_IN_C:  # on this level's vectors
         return fc_exp_scaled_sum16_f64(s, n, scale, m)
     if exp_sum_c(tag, s, n, scale, m, &total):  # a rounded policy's loop on vectors (fc_exp.h)
         return total
+    exp_scaled_lanes(tag, s, n, scale, m, lanes)
+    return lane_total(tag, lanes)
+
+
+cdef inline void exp_scaled_lanes(rnd_t tag, real_t* s, Py_ssize_t n, real_t scale, real_t m,
+                                  real_t* lanes) noexcept nogil:
+    """exp_scaled_sum without its last step: the NL lane partials in lanes (lane_total or
+    lane_totals add them up)."""
+    cdef Py_ssize_t j, l, j0 = 0
+    cdef real_t e
+    if exp_lanes_c(tag, s, n, scale, m, lanes):  # a rounded policy's loop on vectors (fc_exp.h)
+        return
     for l in range(NL):
         lanes[l] = 0
     while j0 + NL <= n:
@@ -147,10 +158,25 @@ cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t sca
         e = EXP(tag, R(tag, R(tag, scale * s[j]) - m))
         s[j] = e
         lanes[j - j0] = R(tag, lanes[j - j0] + e)
-    total = lanes[0]
+
+
+cdef inline real_t lane_total(rnd_t tag, real_t* lanes) noexcept nogil:
+    """The NL lane partials added in lane order."""
+    cdef real_t total = lanes[0]
+    cdef Py_ssize_t l
     for l in range(1, NL):
         total = R(tag, total + lanes[l])
     return total
+
+
+cdef inline void lane_totals(rnd_t tag, real_t* lanes, Py_ssize_t nrows, real_t* totals) noexcept nogil:
+    """lane_total of nrows rows of lane partials ([row][NL]); a rounded policy runs the rows'
+    chains side by side in C (fc_lane_totals_<dtype>)."""
+    cdef Py_ssize_t r
+    if lane_totals_c(tag, lanes, nrows, totals):
+        return
+    for r in range(nrows):
+        totals[r] = lane_total(tag, lanes + r * NL)
 
 
 cdef inline real_t dot16(rnd_t tag, real_t* a, real_t* b, Py_ssize_t n) noexcept nogil:

@@ -357,7 +357,7 @@ static inline float fc_lane_total_##SUF(const float l[16]) {  /* lanes in order,
     for (int k = 1; k < 16; k++) total = RS(total + l[k]);                                       \
     return total;                                                                                \
 }                                                                                                \
-static inline float fc_exp_scaled_sum16_##SUF(float* s, ptrdiff_t n, float scale, float m) {     \
+static inline void fc_exp_scaled_lanes16_##SUF(float* s, ptrdiff_t n, float scale, float m, float l[16]) { \
     enum { NV = 16 / FC_W32 };                                                                   \
     fc_vec_f32 acc[NV];                                                                          \
     for (int v = 0; v < NV; v++) acc[v] = (fc_vec_f32){0};                                       \
@@ -369,14 +369,32 @@ static inline float fc_exp_scaled_sum16_##SUF(float* s, ptrdiff_t n, float scale
             fc_store_f32(s + j + v * FC_W32, e);                                                 \
             acc[v] = RV(acc[v] + e);                                                             \
         }                                                                                        \
-    float l[16];                                                                                 \
-    memcpy(l, acc, sizeof l);                                                                    \
+    memcpy(l, acc, 16 * sizeof(float));                                                          \
     for (int k = 0; j + k < n; k++) {                                                            \
         float e = RS(fc_expf(RS(RS(scale * s[j + k]) - m)));                                     \
         s[j + k] = e;                                                                            \
         l[k] = RS(l[k] + e);                                                                     \
     }                                                                                            \
+}                                                                                                \
+static inline float fc_exp_scaled_sum16_##SUF(float* s, ptrdiff_t n, float scale, float m) {     \
+    float l[16];                                                                                 \
+    fc_exp_scaled_lanes16_##SUF(s, n, scale, m, l);                                              \
     return fc_lane_total_##SUF(l);                                                               \
+}                                                                                                \
+/* fc_lane_total of nrows rows of 16 lanes ([row][16]) at once: the rows in the vector lanes, so  \
+ * the 15 dependent roundings of each total run once per FC_W32 rows (a row's chain was ~4% of a \
+ * bf16 flash call). */                                                                          \
+static inline void fc_lane_totals_##SUF(const float* lanes, ptrdiff_t nrows, float* totals) {    \
+    for (ptrdiff_t r0 = 0; r0 < nrows; r0 += FC_W32) {                                           \
+        ptrdiff_t nv = nrows - r0 < FC_W32 ? nrows - r0 : FC_W32;                                \
+        float t[16][FC_W32] = {{0}};                                                             \
+        for (ptrdiff_t i = 0; i < nv; i++)                                                       \
+            for (int k = 0; k < 16; k++) t[k][i] = lanes[(r0 + i) * 16 + k];                     \
+        fc_vec_f32 total = fc_load_f32(t[0]);                                                    \
+        for (int k = 1; k < 16; k++) total = RV(total + fc_load_f32(t[k]));                      \
+        fc_store_f32(t[0], total);                                                               \
+        memcpy(totals + r0, t[0], (size_t)nv * sizeof(float));                                   \
+    }                                                                                            \
 }                                                                                                \
 static inline float fc_dot16_##SUF(const float* a, const float* b, ptrdiff_t n) {                \
     enum { NV = 16 / FC_W32 };                                                                   \
@@ -415,6 +433,12 @@ FC_DEFINE_ROUNDED_ROW_PASSES(f16, fc_rf16_v, fc_round_f16)
 #define FC_BF16_FORM_CALL(F, ...) (fc_bf16_form == FC_BF16_FORM_DP ? F##_bf16_cvt(__VA_ARGS__) : F##_bf16_exact(__VA_ARGS__))
 static inline float fc_exp_scaled_sum16_bf16(float* s, ptrdiff_t n, float scale, float m) {
     return FC_BF16_FORM_CALL(fc_exp_scaled_sum16, s, n, scale, m);
+}
+static inline void fc_exp_scaled_lanes16_bf16(float* s, ptrdiff_t n, float scale, float m, float l[16]) {
+    FC_BF16_FORM_CALL(fc_exp_scaled_lanes16, s, n, scale, m, l);
+}
+static inline void fc_lane_totals_bf16(const float* lanes, ptrdiff_t nrows, float* totals) {
+    FC_BF16_FORM_CALL(fc_lane_totals, lanes, nrows, totals);
 }
 static inline float fc_dot16_bf16(const float* a, const float* b, ptrdiff_t n) {
     return FC_BF16_FORM_CALL(fc_dot16, a, b, n);

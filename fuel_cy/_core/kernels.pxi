@@ -115,6 +115,12 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t slope
     cdef real_t mt, mn, alpha, li
     cdef bint plain
+    # math in T: each row's lane partials, kept until the tile's rows are done so that their
+    # rounded totals (15 dependent roundings per row) run side by side (lane_totals)
+    cdef real_t lanes[BR_FLASH * NL]
+    cdef real_t alphas[BR_FLASH]
+    cdef real_t totals[BR_FLASH]
+    cdef bint live[BR_FLASH]
     cdef Py_ssize_t nrow, ilast
     nr = (G - qt * BR_FLASH) if heads_as_rows else (Sq - i0)
     if nr > BR_FLASH:
@@ -170,19 +176,31 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 transform_row(tag, srow, nc, j0, i0 + r * pstep, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
                 mt = row_max(srow, nc)
             mn = mt if (mt > m[r] or mt != mt) else m[r]
+            live[r] = False
             if mn == -INFINITY or nrow == 0:  # nothing attended yet, or nothing in this tile
                 zero(srow, nc)
                 continue
             alpha = EXP(tag, R(tag, m[r] - mn))
-            if rnd_t is RoundNone and real_t is float:  # vector exp and sum in C (fc_exp.h)
-                li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
-            else:  # scale 1 is exact (transformed rows: nrow == nc)
-                li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
+            # scale 1 is exact (transformed rows: nrow == nc)
+            if rnd_t is not RoundNone:  # l[r] after the rows (below)
+                exp_scaled_lanes(tag, srow, nrow, scale if plain else 1, mn, lanes + r * NL)
+                alphas[r] = alpha
+                live[r] = True
+            else:
+                if real_t is float:  # vector exp and sum in C (fc_exp.h)
+                    li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
+                else:
+                    li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
+                l[r] = R(tag, R(tag, l[r] * alpha) + li)
             zero(srow + nrow, nc - nrow)
-            l[r] = R(tag, R(tag, l[r] * alpha) + li)
             if alpha != 1:
                 scale_row(tag, O + r * D, D, alpha)
             m[r] = mn
+        if rnd_t is not RoundNone:
+            lane_totals(tag, lanes, nr, totals)
+            for r in range(nr):
+                if live[r]:
+                    l[r] = R(tag, R(tag, l[r] * alphas[r]) + totals[r])
         for r in range(nr, nr4):
             zero(S + r * BC, nc)
         for jj in range(nc):

@@ -29,13 +29,14 @@ TEMPLATES = ("_fastcheck_dtypes.pxi.j2", "_core_dtypes.pxi.j2", "fc_dtypes.h.j2"
 # work type's), with the core header expected to define it.  Every float dtype's policy has tile
 # GEMMs (qk_tile_c / pv_accum_c dispatch to them); a dtype rounded at every step ("math in T")
 # also has its scalar rounding, the conversions of its storage bits, its softmax pass
-# (exp_sum_c), its row dot product, dS row, softmax normalization and row scaling (dot16_c,
-# ds_row_c, div_row_c, scale_row_c).
+# (exp_sum_c, and exp_lanes_c / lane_totals_c that split it for many rows), its row dot product,
+# dS row, softmax normalization and row scaling (dot16_c, ds_row_c, div_row_c, scale_row_c).
 KERNEL_HELPERS = (("fc_qk_{s}", "fc_gemm.h"), ("fc_pv_{s}", "fc_gemm.h"))
 ROUNDING_HELPERS = (("fc_round_{s}", "fc_math.h"), ("fc_{w}_to_{s}_bits", "fc_math.h"),
                     ("fc_{s}_bits_to_{w}", "fc_math.h"), ("fc_exp_scaled_sum16_{s}", "fc_exp.h"),
                     ("fc_dot16_{s}", "fc_exp.h"), ("fc_ds_row_{s}", "fc_exp.h"), ("fc_div_row_{s}", "fc_exp.h"),
-                    ("fc_scale_row_{s}", "fc_exp.h"))
+                    ("fc_scale_row_{s}", "fc_exp.h"), ("fc_exp_scaled_lanes16_{s}", "fc_exp.h"),
+                    ("fc_lane_totals_{s}", "fc_exp.h"))
 
 
 def fast_bit(code: str) -> str:
