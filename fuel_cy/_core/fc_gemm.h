@@ -533,11 +533,11 @@ static inline int fc_bf16_dp_fits(unsigned e0, unsigned e1, unsigned e2, ptrdiff
         __m512 s1 = _mm512_dpbf16_ps(negzero, (__m512bh)_mm512_permutex2var_epi16(pr, pair1, A), ones); \
         A = (__m512i)_mm512_cvtne2ps_pbh(s1, s0);                                                 \
     }
-/* 32 packed bf16 values to two f32 vectors; two f32 vectors of bf16 values (not f32 subnormals)
- * to 32 packed, exactly */
-static inline void fc_bf16_unpack32(__m512i A, fc_vec_f32* x0, fc_vec_f32* x1) {
-    *x0 = (fc_vec_f32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(A)), 16);
-    *x1 = (fc_vec_f32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(A, 1)), 16);
+/* 32 packed bf16 values stored as 32 floats; 32 floats that are bf16 values (not f32 subnormals)
+ * packed, exactly */
+static inline void fc_bf16_store32(__m512i A, float* x) {
+    fc_store_f32(x, (fc_vec_f32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(A)), 16));
+    fc_store_f32(x + FC_W32, (fc_vec_f32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(A, 1)), 16));
 }
 static inline __m512i fc_bf16_pack32(const float* x) {
     return (__m512i)_mm512_cvtne2ps_pbh((__m512)fc_load_f32(x + FC_W32), (__m512)fc_load_f32(x));
@@ -553,12 +553,7 @@ static inline __m512i fc_bf16_pack32(const float* x) {
             fc_vec_f32 k0 = fc_load_f32(kp), k1 = fc_load_f32(kp + FC_W32);                      \
             for (int r = 0; r < NRB; r++) FC_BF16_DP_STEP(a[r], q[r][d] * k0, q[r][d] * k1)     \
         }                                                                                        \
-        for (int r = 0; r < NRB; r++) {                                                          \
-            fc_vec_f32 s0, s1;                                                                   \
-            fc_bf16_unpack32(a[r], &s0, &s1);                                                    \
-            fc_store_f32(S + (i + r) * lds + j0, s0);                                            \
-            fc_store_f32(S + (i + r) * lds + j0 + FC_W32, s1);                                   \
-        }                                                                                        \
+        for (int r = 0; r < NRB; r++) fc_bf16_store32(a[r], S + (i + r) * lds + j0);             \
     }
 
 #define FC_DPPV_BLOCK(NRB)                                                                        \
@@ -573,12 +568,7 @@ static inline __m512i fc_bf16_pack32(const float* x) {
             fc_vec_f32 v0 = fc_load_f32(vrows[j] + d0), v1 = fc_load_f32(vrows[j] + d0 + FC_W32); \
             for (int r = 0; r < NRB; r++) FC_BF16_DP_STEP(a[r], p[r][j] * v0, p[r][j] * v1)     \
         }                                                                                        \
-        for (int r = 0; r < NRB; r++) {                                                          \
-            fc_vec_f32 o0, o1;                                                                   \
-            fc_bf16_unpack32(a[r], &o0, &o1);                                                    \
-            fc_store_f32(O + (i + r) * ldo + d0, o0);                                            \
-            fc_store_f32(O + (i + r) * ldo + d0 + FC_W32, o1);                                   \
-        }                                                                                        \
+        for (int r = 0; r < NRB; r++) fc_bf16_store32(a[r], O + (i + r) * ldo + d0);             \
     }
 
 static inline void fc_qk_bf16_dp(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
