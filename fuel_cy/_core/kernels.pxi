@@ -152,8 +152,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         # four.  A causal diagonal tile is such a tile too: row r attends the prefix j < qpos + 1
         # of it, and no row attends past the last row's prefix, so for f32/f64 neither dots nor
         # weights are computed there (they would be masked to p = 0).  Math in T keeps those
-        # columns (their p = 0 enter O's rounded sums: R(-0 + R(0 * v)) can be +0, as in the
-        # emulation).
+        # columns, as the emulation does within a tile: their p = 0 enter O's rounded sums,
+        # where R(-0 + R(0 * v)) can be +0.
         plain = (cap == 0 and slopes == NULL and scale > 0
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
         if rnd_t is RoundNone and plain and cls == 1 and ilast + 1 - j0 < nc:
@@ -179,6 +179,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             live[r] = False
             if mn == -INFINITY or nrow == 0:  # nothing attended yet, or nothing in this tile
                 zero(srow, nc)
+                if rnd_t is not RoundNone:  # defined partials for lane_totals (result unused)
+                    zero(lanes + r * NL, NL)
                 continue
             alpha = EXP(tag, R(tag, m[r] - mn))
             # scale 1 is exact (transformed rows: nrow == nc)
