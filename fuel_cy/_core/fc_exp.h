@@ -430,7 +430,7 @@ static inline void fc_scale_row_##SUF(float* s, ptrdiff_t n, float a) {         
 FC_DEFINE_ROUNDED_ROW_PASSES(bf16_exact, fc_rbf16_exact_v, fc_round_bf16)
 FC_DEFINE_ROUNDED_ROW_PASSES(bf16_cvt, fc_rbf16_cvt_checked_v, fc_round_bf16_cvt_checked)
 FC_DEFINE_ROUNDED_ROW_PASSES(f16, fc_rf16_v, fc_round_f16)
-#define FC_BF16_FORM_CALL(F, ...) (fc_bf16_form == FC_BF16_FORM_DP ? F##_bf16_cvt(__VA_ARGS__) : F##_bf16_exact(__VA_ARGS__))
+#define FC_BF16_FORM_CALL(F, ...) (fc_bf16_form == FC_BF16_FORM_VDPBF16PS ? F##_bf16_cvt(__VA_ARGS__) : F##_bf16_exact(__VA_ARGS__))
 static inline float fc_exp_scaled_sum16_bf16(float* s, ptrdiff_t n, float scale, float m) {
     return FC_BF16_FORM_CALL(fc_exp_scaled_sum16, s, n, scale, m);
 }

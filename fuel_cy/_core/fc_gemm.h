@@ -301,32 +301,62 @@ FC_FOR_EACH_WORK_TYPE(FC_DEFINE_HEADS)
  * vectorized.  Rows go in blocks of FC_NRB x 2 vectors because each step is a chain of dependent
  * mul/round/add/round: with 32 registers, four chains left the core waiting on latency. */
 
-/* Smallest biased exponent among the nonzero values of n floats (subnormals count as 1; 255 if
- * all are zero).  Used to prove that a rounded bf16 GEMM never meets an f32 subnormal: if every
- * operand of a product is a multiple of 2^-63 (exponent fields sum to >= 142) and every starting
- * accumulator a multiple of 2^-126 (field >= 8), then every product, sum and rounding in the chain
- * is a multiple of 2^-126, so it is either zero or normal. */
-static inline unsigned fc_min_exp_field(const float* p, ptrdiff_t n) {
-    /* the smallest |x| - 1 as unsigned: a zero wraps to the largest value, so it never wins
-     * (three operations per vector; a decode's rounded tiles scan as many values as they multiply) */
-    fc_u32v m = {0};
-    m = m - 1u;
+/* The exponent fields of a set of floats (added a row at a time): lo, the smallest among the
+ * nonzero values (subnormals count as 1, 255 if all are zero), and hi, the largest (255: an inf
+ * or NaN).  lo proves that a rounded bf16 GEMM never meets an f32 subnormal: if every operand of a
+ * product is a multiple of 2^-63 (fields sum to >= 142) and every starting accumulator a multiple
+ * of 2^-126 (field >= 8), then every product, sum and rounding in the chain is a multiple of
+ * 2^-126, so it is either zero or normal.  hi bounds the sums for the vdpbf16ps form
+ * (fc_bf16_dp_fits).  The vector lanes are reduced once per set, not per row: a decode's rounded
+ * tiles scan as many values as they multiply, in short rows. */
+typedef struct { fc_u32v mn, mx; uint32_t smin, smax; } fc_exp_span;
+static inline fc_exp_span fc_exp_span_new(void) {
+    fc_exp_span sp;
+    sp.mn = (fc_u32v){0} - 1u;   /* the smallest |x| - 1 as unsigned: a zero wraps to the largest */
+    sp.mx = (fc_u32v){0};
+    sp.smin = 0xffffffffu;
+    sp.smax = 0;
+    return sp;
+}
+static inline void fc_exp_span_add(fc_exp_span* sp, const float* p, ptrdiff_t n) {
     ptrdiff_t i = 0;
     for (; i + FC_W32 <= n; i += FC_W32) {
         fc_u32v u;
         memcpy(&u, p + i, FC_VBYTES);
-        u = (u & 0x7fffffffu) - 1u;
-        m = fc_min_u32(u, m);
+        u = u & 0x7fffffffu;
+        sp->mx = fc_max_u32(u, sp->mx);
+        sp->mn = fc_min_u32(u - 1u, sp->mn);
     }
-    uint32_t r = 0xffffffffu;
-    for (int l = 0; l < FC_W32; l++) r = m[l] < r ? m[l] : r;
     for (; i < n; i++) {
-        uint32_t u = (fc_f2u(p[i]) & 0x7fffffffu) - 1u;
-        r = u < r ? u : r;
+        uint32_t u = fc_f2u(p[i]) & 0x7fffffffu;
+        sp->smin = u - 1u < sp->smin ? u - 1u : sp->smin;
+        sp->smax = u > sp->smax ? u : sp->smax;
     }
-    if (r == 0xffffffffu) return 255u;         /* all zero */
-    unsigned e = (r + 1u) >> 23;
-    return e < 1u ? 1u : e;                    /* subnormals: field 1 */
+}
+static inline void fc_exp_span_fields(const fc_exp_span* sp, unsigned* lo, unsigned* hi) {
+    uint32_t rmin = sp->smin, rmax = sp->smax;
+    for (int l = 0; l < FC_W32; l++) {
+        rmin = sp->mn[l] < rmin ? sp->mn[l] : rmin;
+        rmax = sp->mx[l] > rmax ? sp->mx[l] : rmax;
+    }
+    unsigned e = rmin == 0xffffffffu ? 255u : (rmin + 1u) >> 23;
+    *lo = e < 1u ? 1u : e;
+    *hi = rmax >> 23;
+}
+
+/* Whether the chains a = R(a + R(x y)) of n steps stay finite, given the largest exponent fields
+ * of the starting accumulators (e0), of the x (e1) and of the y (e2): every value is below
+ * 2^(field - 126), so every rounded product and the start are at most 2^E with
+ * E = max(e1 + e2 - 252, e0 - 126), and after n steps |a| <= (n + 1) 2^E (1 + 2^-8)^n, whose log2
+ * is below E + bitlen(n + 1) + n / 177 + 1 (log2(1 + 2^-8) < 1/177).  At most 2^127 never rounds
+ * to inf. */
+static inline int fc_bf16_dp_fits(unsigned e0, unsigned e1, unsigned e2, ptrdiff_t n) {
+    if (e0 > 254u || e1 > 254u || e2 > 254u) return 0;
+    int e = (int)e1 + (int)e2 - 252, e_start = (int)e0 - 126;
+    e = e > e_start ? e : e_start;
+    int bits = 0;
+    for (ptrdiff_t m = n + 1; m; m >>= 1) bits++;
+    return e + bits + (int)(n / 177) + 1 <= 127;
 }
 
 #define FC_RQK_BLOCK(RV2, NRB)                                                                    \
@@ -477,7 +507,6 @@ static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t 
  * the two forms do not share (measured: the sign of such NaNs differed), so neither inf nor NaN
  * may reach this form.  Which form runs is chosen per CPU: fc_bf16_form (fc_half.h). */
 #if FC_HAVE_DPBF16
-#define FC_HAVE_BF16_DP 1
 /* pairs (A[i], P[i]) for lanes 0..15 and (A[16 + i], P[16 + i]) for lanes 16..31, as vpermt2w
  * indices with P the first table and A the second (index + 32) */
 static inline __m512i fc_bf16_pair_index(int half) {
@@ -486,40 +515,6 @@ static inline __m512i fc_bf16_pair_index(int half) {
     const __m512i even_is_a = _mm512_set_epi16(0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32,
                                                0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32);
     return _mm512_add_epi16(_mm512_add_epi16(lane, even_is_a), _mm512_set1_epi16((short)(16 * half)));
-}
-/* The smallest (as fc_min_exp_field) and largest (255: an inf or NaN) exponent fields among n
- * floats, folded into *lo and *hi: the two proofs of the vdpbf16ps form in one pass. */
-static inline void fc_exp_field_span(const float* p, ptrdiff_t n, unsigned* lo, unsigned* hi) {
-    __m512i mn = _mm512_set1_epi32(-1), mx = _mm512_setzero_si512();
-    ptrdiff_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_and_si512(_mm512_loadu_si512(p + i), _mm512_set1_epi32(0x7fffffff));
-        mx = _mm512_max_epu32(mx, u);
-        mn = _mm512_min_epu32(mn, _mm512_sub_epi32(u, _mm512_set1_epi32(1)));
-    }
-    uint32_t rmin = _mm512_reduce_min_epu32(mn), rmax = _mm512_reduce_max_epu32(mx);
-    for (; i < n; i++) {
-        uint32_t u = fc_f2u(p[i]) & 0x7fffffffu;
-        rmax = u > rmax ? u : rmax;
-        rmin = u - 1u < rmin ? u - 1u : rmin;
-    }
-    unsigned e_lo = rmin == 0xffffffffu ? 255u : ((rmin + 1u) >> 23 < 1u ? 1u : (rmin + 1u) >> 23);
-    *lo = e_lo < *lo ? e_lo : *lo;
-    *hi = (rmax >> 23) > *hi ? rmax >> 23 : *hi;
-}
-/* Whether the chains a = R(a + R(x y)) of n steps stay finite, given the largest exponent fields
- * of the starting accumulators (e0), of the x (e1) and of the y (e2): every value is below
- * 2^(field - 126), so every rounded product and the start are at most 2^E with
- * E = max(e1 + e2 - 252, e0 - 126), and after n steps |a| <= (n + 1) 2^E (1 + 2^-8)^n, whose log2
- * is below E + bitlen(n + 1) + n / 177 + 1 (log2(1 + 2^-8) < 1/177).  At most 2^127 never rounds
- * to inf. */
-static inline int fc_bf16_dp_fits(unsigned e0, unsigned e1, unsigned e2, ptrdiff_t n) {
-    if (e0 > 254u || e1 > 254u || e2 > 254u) return 0;
-    int e = (int)e1 + (int)e2 - 252, e_start = (int)e0 - 126;
-    e = e > e_start ? e : e_start;
-    int bits = 0;
-    for (ptrdiff_t m = n + 1; m; m >>= 1) bits++;
-    return e + bits + (int)(n / 177) + 1 <= 127;
 }
 #define FC_BF16_DP_CONSTS                                                                        \
     const __m512i pair0 = fc_bf16_pair_index(0), pair1 = fc_bf16_pair_index(1);                  \
@@ -593,66 +588,51 @@ static inline void fc_pv_bf16_dp(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4
     }
     fc_pv_tail_bf16(P, ldp, nrows4, ncols, vrows, d0, D, O, ldo);
 }
-/* fc_qk_bf16 / fc_pv_bf16 where this CPU takes the vdpbf16ps form: both proofs from one scan of
- * the operands, then the fastest form they allow (1: ran). */
-static inline int fc_qk_bf16_try_dp(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
-                                    float* S, ptrdiff_t lds, ptrdiff_t ncols) {
-    unsigned lq = 255u, hq = 0u, lk = 255u, hk = 0u;
-    fc_exp_field_span(Q, nrows4 * D, &lq, &hq);
-    fc_exp_field_span(Kt, D * FC_BC, &lk, &hk);
-    if (lq + lk < 142u) return 0;
-    if (fc_bf16_dp_fits(0u, hq, hk, D)) fc_qk_bf16_dp(Q, nrows4, D, Kt, S, lds, ncols);
-    else fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
-    return 1;
-}
-static inline int fc_pv_bf16_try_dp(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
-                                    float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
-    unsigned lp = 255u, hp = 0u, lv = 255u, hv = 0u, lo = 255u, ho = 0u;
-    for (ptrdiff_t i = 0; i < nrows4; i++) {
-        fc_exp_field_span(P + i * ldp, ncols, &lp, &hp);
-        fc_exp_field_span(O + i * ldo, D, &lo, &ho);
-    }
-    for (ptrdiff_t j = 0; j < ncols; j++) fc_exp_field_span(vrows[j], D, &lv, &hv);
-    if (lp + lv < 142u || lo < 8u) return 0;
-    if (fc_bf16_dp_fits(ho, hp, hv, ncols)) fc_pv_bf16_dp(P, ldp, nrows4, ncols, vrows, D, O, ldo);
-    else fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
-    return 1;
-}
 #else
-#define FC_HAVE_BF16_DP 0
 #define fc_qk_bf16_dp fc_qk_bf16_cvt
 #define fc_pv_bf16_dp fc_pv_bf16_cvt
-#define fc_qk_bf16_try_dp(Q, nrows4, D, Kt, S, lds, ncols) 0
-#define fc_pv_bf16_try_dp(P, ldp, nrows4, ncols, vrows, D, O, ldo) 0
 #endif
 
 /* bf16 entry points: an instruction form when the operands' exponents rule out f32 subnormals
- * anywhere in the chain (the common case), the integer rounding otherwise. */
+ * anywhere in the chain (the common case; the vdpbf16ps one where fc_bf16_form picks it and the
+ * sums cannot overflow), the integer rounding otherwise. */
 static inline void fc_qk_bf16(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, const float* Kt,
                               float* S, ptrdiff_t lds, ptrdiff_t ncols) {
-    if (fc_bf16_form == FC_BF16_FORM_DP) {
-        if (fc_qk_bf16_try_dp(Q, nrows4, D, Kt, S, lds, ncols)) return;
-    } else if (FC_HAVE_BF16_CVT && fc_min_exp_field(Q, nrows4 * D) + fc_min_exp_field(Kt, D * FC_BC) >= 142u) {
-        fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
-        return;
+    if (FC_HAVE_BF16_CVT) {
+        fc_exp_span q = fc_exp_span_new(), k = fc_exp_span_new();
+        unsigned lq, hq, lk, hk;
+        fc_exp_span_add(&q, Q, nrows4 * D);
+        fc_exp_span_add(&k, Kt, D * FC_BC);
+        fc_exp_span_fields(&q, &lq, &hq);
+        fc_exp_span_fields(&k, &lk, &hk);
+        if (lq + lk >= 142u) {
+            if (fc_bf16_form == FC_BF16_FORM_VDPBF16PS && fc_bf16_dp_fits(0u, hq, hk, D))
+                fc_qk_bf16_dp(Q, nrows4, D, Kt, S, lds, ncols);
+            else
+                fc_qk_bf16_cvt(Q, nrows4, D, Kt, S, lds, ncols);
+            return;
+        }
     }
     fc_qk_bf16_exact(Q, nrows4, D, Kt, S, lds, ncols);
 }
 static inline void fc_pv_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
                               float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
-    if (fc_bf16_form == FC_BF16_FORM_DP) {
-        if (fc_pv_bf16_try_dp(P, ldp, nrows4, ncols, vrows, D, O, ldo)) return;
-    } else if (FC_HAVE_BF16_CVT) {
-        unsigned ep = 255u, ev = 255u, eo = 255u, e;
+    if (FC_HAVE_BF16_CVT) {
+        fc_exp_span p = fc_exp_span_new(), v = fc_exp_span_new(), o = fc_exp_span_new();
+        unsigned lp, hp, lv, hv, lo, ho;
         for (ptrdiff_t i = 0; i < nrows4; i++) {
-            e = fc_min_exp_field(P + i * ldp, ncols); ep = e < ep ? e : ep;
-            e = fc_min_exp_field(O + i * ldo, D); eo = e < eo ? e : eo;
+            fc_exp_span_add(&p, P + i * ldp, ncols);
+            fc_exp_span_add(&o, O + i * ldo, D);
         }
-        for (ptrdiff_t j = 0; j < ncols; j++) {
-            e = fc_min_exp_field(vrows[j], D); ev = e < ev ? e : ev;
-        }
-        if (ep + ev >= 142u && eo >= 8u) {
-            fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+        for (ptrdiff_t j = 0; j < ncols; j++) fc_exp_span_add(&v, vrows[j], D);
+        fc_exp_span_fields(&p, &lp, &hp);
+        fc_exp_span_fields(&v, &lv, &hv);
+        fc_exp_span_fields(&o, &lo, &ho);
+        if (lp + lv >= 142u && lo >= 8u) {
+            if (fc_bf16_form == FC_BF16_FORM_VDPBF16PS && fc_bf16_dp_fits(ho, hp, hv, ncols))
+                fc_pv_bf16_dp(P, ldp, nrows4, ncols, vrows, D, O, ldo);
+            else
+                fc_pv_bf16_cvt(P, ldp, nrows4, ncols, vrows, D, O, ldo);
             return;
         }
     }

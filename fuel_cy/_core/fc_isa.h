@@ -217,18 +217,18 @@ static inline fc_vec_f32 fc_select_f32(fc_i32v mask, fc_vec_f32 a, fc_vec_f32 b)
 static inline fc_u32v fc_select_u32(fc_i32v mask, fc_u32v a, fc_u32v b) {
     return fc_bits_f32(fc_select_f32(mask, fc_from_bits_f32(a), fc_from_bits_f32(b)));
 }
-/* Lane-wise unsigned minimum: one instruction where the level has it (gcc turns the generic
- * compare-and-select into three dependent ones, a latency chain in a reduction loop). */
-static inline fc_u32v fc_min_u32(fc_u32v a, fc_u32v b) {
+/* Lane-wise unsigned minimum and maximum: one instruction where the level has it (gcc turns the
+ * generic compare-and-select into three dependent ones, a latency chain in a reduction loop). */
 #if FC_VBYTES == 64
-    return (fc_u32v)_mm512_min_epu32((__m512i)a, (__m512i)b);
+#define FC_U32_MINMAX(OP, CMP) return (fc_u32v)_mm512_##OP##_epu32((__m512i)a, (__m512i)b);
 #elif FC_VBYTES == 32 && defined(__AVX2__)
-    return (fc_u32v)_mm256_min_epu32((__m256i)a, (__m256i)b);
+#define FC_U32_MINMAX(OP, CMP) return (fc_u32v)_mm256_##OP##_epu32((__m256i)a, (__m256i)b);
 #elif FC_VBYTES == 16 && defined(__SSE4_1__)
-    return (fc_u32v)_mm_min_epu32((__m128i)a, (__m128i)b);
+#define FC_U32_MINMAX(OP, CMP) return (fc_u32v)_mm_##OP##_epu32((__m128i)a, (__m128i)b);
 #else
-    return fc_select_u32((fc_i32v)(a < b), a, b);
+#define FC_U32_MINMAX(OP, CMP) return fc_select_u32((fc_i32v)(a CMP b), a, b);
 #endif
-}
+static inline fc_u32v fc_min_u32(fc_u32v a, fc_u32v b) { FC_U32_MINMAX(min, <) }
+static inline fc_u32v fc_max_u32(fc_u32v a, fc_u32v b) { FC_U32_MINMAX(max, >) }
 
 #endif

@@ -44,13 +44,11 @@ def _test_round_vec(float[::1] x, str which):
     return out
 
 
-cdef extern from "fc_gemm.h" nogil:
-    bint FC_HAVE_BF16_DP
 cdef extern from "fc_half.h" nogil:
     int fc_bf16_form   # which instruction form the bf16 math-in-T loops take (set at load)
     enum:
-        FC_BF16_FORM_CVT
-        FC_BF16_FORM_DP
+        FC_BF16_FORM_VADDPS
+        FC_BF16_FORM_VDPBF16PS
 
 
 def _test_bf16_forms():
@@ -58,9 +56,7 @@ def _test_bf16_forms():
     fc_bf16_form): "vaddps" (GEMM additions by vaddps, row passes rounded by integer arithmetic) and
     "vdpbf16ps" (GEMM additions by vdpbf16ps on packed accumulators, row passes rounded by
     vcvtneps2bf16); empty without AVX512-BF16, where the loops have one form."""
-    if not FC_HAVE_BF16_CVT:
-        return []
-    return ["vaddps", "vdpbf16ps"] if FC_HAVE_BF16_DP else ["vaddps"]
+    return ["vaddps", "vdpbf16ps"] if FC_HAVE_BF16_CVT else []
 
 
 def _test_bf16_form(form=None):
@@ -70,8 +66,8 @@ def _test_bf16_form(form=None):
     if form is not None:
         if form not in _test_bf16_forms():
             raise ValueError(form)
-        fc_bf16_form = FC_BF16_FORM_DP if form == "vdpbf16ps" else FC_BF16_FORM_CVT
-    return "vdpbf16ps" if fc_bf16_form == FC_BF16_FORM_DP else "vaddps"
+        fc_bf16_form = FC_BF16_FORM_VDPBF16PS if form == "vdpbf16ps" else FC_BF16_FORM_VADDPS
+    return "vdpbf16ps" if fc_bf16_form == FC_BF16_FORM_VDPBF16PS else "vaddps"
 
 
 # whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
