@@ -41,8 +41,9 @@ CORE = ROOT / "fuel_cy" / "_core"
 GENERATED = ROOT / "fuel_cy" / "_generated"
 # The C headers the level modules compile (policy.pxi and test_hooks.pxi name some; those #include
 # the rest).  Cython tracks the .pxi files a module includes but not C headers, so they are the
-# modules' `depends`: build_ext recompiles a level when one changes.  (fc_cpuid.h: _cpuid only.)
-CORE_HEADERS = sorted(str(p) for p in CORE.glob("*.h") if p.name != "fc_cpuid.h")
+# modules' `depends`: build_ext recompiles a level when one changes.  (fc_cpuid.h too: the
+# per-micro-architecture choices read the vendor, fc_uarch.h.)
+CORE_HEADERS = sorted(str(p) for p in CORE.glob("*.h"))
 
 
 def core_headers() -> list[str]:

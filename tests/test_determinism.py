@@ -133,3 +133,46 @@ def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
     finally:
         fuel_cy.set_num_threads(0)
     assert outs[0] == outs[1]
+
+
+def test_micro_architecture_choices_follow_the_vendor():
+    """fc_uarch.h: AMD CPUs take the strided PV form, 32 backward rows per step and two register
+    blocks per A^T copy; other CPUs keep the forms they were measured with (the pointer form at
+    AVX-512, 64 rows, one block)."""
+    from fuel_cy import _cpuid
+
+    _, vendor, _, _ = _cpuid.probe()
+    amd = vendor == "AuthenticAMD"
+    avx512 = core()._TEST_VECTOR_BYTES == 64
+    assert core()._test_pv_form() == ("pointer" if avx512 and not amd else "stride")
+    assert core()._test_bwd_rows() == (32 if amd else 64)
+    assert core()._test_tn_blocks() == (2 if amd else 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_micro_architecture_choices_give_the_same_bits(dtype):
+    """Every form fc_uarch.h may pick computes the same sums in the same order: the PV form
+    (flash, naive, the backward's dQ), the backward's query rows per step (a step of 16, 32 or
+    64 of the 70 query rows, so partial steps too) and the register blocks per A^T copy of its
+    dK and dV products (150 keys: whole spans and a remainder)."""
+    c = core()
+    pv, rows, blocks = c._test_pv_form(), c._test_bwd_rows(), c._test_tn_blocks()
+    calls = _calls(dtype)
+    try:
+        seen = {}
+        for form in ("pointer", "stride"):
+            for n in (16, 32, 64):
+                for nb in (1, 2):
+                    assert c._test_pv_form(form) == form and c._test_bwd_rows(n) == n and c._test_tn_blocks(nb) == nb
+                    for name, args, params in calls:
+                        seen.setdefault(name, []).append(_bits(getattr(fuel_cy, name)(*args, **params)))
+    finally:
+        c._test_pv_form(pv)
+        c._test_bwd_rows(rows)
+        c._test_tn_blocks(blocks)
+    for name, bits in seen.items():
+        assert all(b == bits[0] for b in bits), name
+    with pytest.raises(ValueError):
+        c._test_bwd_rows(65)
+    with pytest.raises(ValueError):
+        c._test_tn_blocks(3)

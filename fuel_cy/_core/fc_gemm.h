@@ -14,6 +14,7 @@
 #include "fc_math.h"
 #include "fc_isa.h"
 #include "fc_half.h"
+#include "fc_uarch.h"    /* fc_pv_form */
 #include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
 /* One register block of S = Q Kt: NRB rows x 2W columns at (i, j0), sequential over d. */
@@ -125,14 +126,12 @@ FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, T* const* vrows)   
 FC_DEFINE_PV(T, SUF, W, fc_pv_strided_##SUF, FC_VROW_STRIDED, FC_PF_NONE, const T* V, ptrdiff_t ldv) \
 FC_DEFINE_PV(T, SUF, W, fc_pv_rows_##SUF, FC_VROW_PTR, FC_PF_NONE, T* const* vrows)            \
                                                                                                  \
-/* O += P V for V rows ldv apart (flash, naive, the backward's dQ).  The strided form measured    \
- * 91 -> 112 GFLOP/s (avx2) and 31 -> 37 (default) per PV tile on Zen 4; AVX-512 keeps the      \
- * pointer form, tuned on Zen 4 and measured on Sapphire Rapids, until both are measured.  Same   \
- * sums, same order, so the same bits either way. */                                            \
+/* O += P V for V rows ldv apart (flash, naive, the backward's dQ), in the form fc_pv_form (fc_uarch.h) picks. \
+ * Same sums, same order, so the same bits either way. */                                       \
 static inline void fc_pv_contig_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, \
                                       const T* V, ptrdiff_t ldv, T* const* vrows, ptrdiff_t D,  \
                                       T* O, ptrdiff_t ldo) {                                     \
-    if (FC_VBYTES == 64) fc_pv_##SUF(P, ldp, nrows4, ncols, vrows, D, O, ldo);                   \
+    if (fc_pv_form == FC_PV_BY_POINTER) fc_pv_##SUF(P, ldp, nrows4, ncols, vrows, D, O, ldo);    \
     else fc_pv_strided_##SUF(P, ldp, nrows4, ncols, V, ldv, D, O, ldo);                          \
 }
 
@@ -226,10 +225,21 @@ static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptr
 
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_ACC)
 
-/* The same C += A^T B for A read transposed (ai = 1) with K <= 64: each block of FC_NRB output
- * rows first copies its A^T block ([K][FC_NRB], at most 2 KB) so that every column pass reads it
- * from L1; read in place, the K rows of A are a power-of-two stride apart and all land in one L1
- * set.  Same sums in the same order as fc_gemm_acc. */
+/* The same C += A^T B for A read transposed (ai = 1) with K <= 64: each span of NB register blocks
+ * of FC_NRB output rows first copies its A^T block ([K][NB FC_NRB], at most 4 KB) so that every
+ * column pass reads it from L1; read in place, the K rows of A are a power-of-two stride apart and
+ * all land in one L1 set.  NB is fc_tn_blocks (fc_uarch.h), a constant in each copy loop so that
+ * the copies stay vector moves.  Same sums in the same order as fc_gemm_acc. */
+#define FC_TN_SPANS(T, SUF, W, NB)                                                               \
+    for (; i0 + (NB) * FC_NRB <= nrows4; i0 += (NB) * FC_NRB) {                                  \
+        for (ptrdiff_t k = 0; k < K; k++)                                                        \
+            memcpy(blk + k * (NB) * FC_NRB, A + k * ak + i0, (NB) * FC_NRB * sizeof(T));         \
+        for (int h = 0; h < (NB); h++) {                                                         \
+            ptrdiff_t i = i0 + h * FC_NRB;                                                       \
+            for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W)                                      \
+                FC_ACC_BLOCK(T, SUF, W, FC_NRB, blk + k * (NB) * FC_NRB + h * FC_NRB, 1)         \
+        }                                                                                        \
+    }
 #define FC_DEFINE_GEMM_TN(T, SUF, W)                                                             \
 static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, ptrdiff_t K,     \
                                     const T* B, ptrdiff_t ldb, ptrdiff_t ncols, T* C, ptrdiff_t ldc) { \
@@ -237,15 +247,12 @@ static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, 
         fc_gemm_acc_##SUF(A, 1, ak, nrows4, K, B, ldb, ncols, C, ldc);                           \
         return;                                                                                  \
     }                                                                                            \
-    T blk[64 * FC_NRB];                                                                          \
-    ptrdiff_t i = 0;                                                                             \
-    for (; i + FC_NRB <= nrows4; i += FC_NRB) {                                                  \
-        for (ptrdiff_t k = 0; k < K; k++) memcpy(blk + k * FC_NRB, A + k * ak + i, FC_NRB * sizeof(T)); \
-        for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W)                                          \
-            FC_ACC_BLOCK(T, SUF, W, FC_NRB, blk + k * FC_NRB, 1)                                 \
-    }                                                                                            \
-    if (i < nrows4)                                                                              \
-        fc_gemm_acc_##SUF(A + i, 1, ak, nrows4 - i, K, B, ldb, ncols, C + i * ldc, ldc);         \
+    T blk[64 * 2 * FC_NRB];                                                                      \
+    ptrdiff_t i0 = 0;                                                                            \
+    if (fc_tn_blocks == 2) FC_TN_SPANS(T, SUF, W, 2)                                             \
+    else FC_TN_SPANS(T, SUF, W, 1)                                                               \
+    if (i0 < nrows4)                                                                             \
+        fc_gemm_acc_##SUF(A + i0, 1, ak, nrows4 - i0, K, B, ldb, ncols, C + i0 * ldc, ldc);      \
 }
 
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_TN)

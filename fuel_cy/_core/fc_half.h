@@ -285,11 +285,7 @@ static inline float fc_round_bf16_cvt_checked(float f) {
 enum { FC_BF16_FORM_VADDPS = 0, FC_BF16_FORM_VDPBF16PS = 1 };
 static int fc_bf16_form = FC_BF16_FORM_VADDPS;
 __attribute__((constructor)) static void fc_bf16_form_init(void) {
-    unsigned char have[FC_F_COUNT];
-    char vendor[13];
-    unsigned family, model;
-    fc_cpu_features(have, vendor, &family, &model);
-    fc_bf16_form = FC_HAVE_BF16_CVT && strcmp(vendor, "AuthenticAMD") == 0 ? FC_BF16_FORM_VDPBF16PS : FC_BF16_FORM_VADDPS;
+    fc_bf16_form = FC_HAVE_BF16_CVT && fc_cpu_is_amd() ? FC_BF16_FORM_VDPBF16PS : FC_BF16_FORM_VADDPS;
 }
 
 /* vcvtps2ph/vcvtph2ps (F16C, avx2 and up): round-to-nearest-even binary16 with subnormals,

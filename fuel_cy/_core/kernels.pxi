@@ -11,7 +11,7 @@ cdef enum:
 cdef enum:
     BR_NAIVE = 16     # query rows per naive/paged task (score rows materialized together)
 cdef enum:
-    BR_BWD = 64       # query rows per backward step
+    BR_BWD = 64       # query rows per backward step, at most (fc_bwd_rows: fc_uarch.h)
 
 cdef struct Shape:
     Py_ssize_t B, Hq, Hkv, Sq, Sk, D
@@ -558,17 +558,18 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t delta, ds
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
+    cdef Py_ssize_t br = fc_bwd_rows   # rows per step; the buffers hold BR_BWD
     zero(dKa, Sk4 * D)
     zero(dVa, Sk4 * D)
     for g in range(G):
         h = hk * G + g
-        for qt in range(ceil_div(Sq, BR_BWD)):
+        for qt in range(ceil_div(Sq, br)):
             if fc_stopped(o.it):   # a task is a whole kv head: poll inside it too
                 return
-            i0 = qt * BR_BWD
+            i0 = qt * br
             nr = Sq - i0
-            if nr > BR_BWD:
-                nr = BR_BWD
+            if nr > br:
+                nr = br
             nr4 = (nr + NR - 1) // NR * NR
             # keys any row of this tile may attend: [ka, kb), since the admissible interval only
             # moves right as the query moves down; tiles outside it contribute exact zeros

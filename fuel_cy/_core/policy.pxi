@@ -48,6 +48,9 @@ cdef extern from "fc_simd.h" nogil:
     void fc_gemm_tn_f64(const double* A, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
                         const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
     bint FC_HAVE_DPBF16
+
+    # fc_uarch.h: choices inside a level per micro-architecture
+    int fc_bwd_rows   # query rows per backward step (at most BR_BWD)
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
 

@@ -70,6 +70,51 @@ def _test_bf16_form(form=None):
     return "vdpbf16ps" if fc_bf16_form == FC_BF16_FORM_VDPBF16PS else "vaddps"
 
 
+
+cdef extern from "fc_uarch.h" nogil:
+    enum: FC_VBYTES    # this level's vector width in bytes (fc_isa.h)
+    int fc_pv_form     # how O += P V finds contiguous V's rows (set at load)
+    int fc_tn_blocks   # register blocks per A^T copy of the backward's C += A^T B (set at load)
+    enum:
+        FC_PV_BY_POINTER
+        FC_PV_BY_STRIDE
+
+
+_TEST_VECTOR_BYTES = FC_VBYTES
+
+
+def _test_pv_form(form=None):
+    """Testing hook: how O += P V finds contiguous V's rows ("pointer" or "stride", chosen per
+    CPU at load time: fc_uarch.h fc_pv_form); with an argument, switch to it first."""
+    global fc_pv_form
+    if form is not None:
+        if form not in ("pointer", "stride"):
+            raise ValueError(form)
+        fc_pv_form = FC_PV_BY_STRIDE if form == "stride" else FC_PV_BY_POINTER
+    return "stride" if fc_pv_form == FC_PV_BY_STRIDE else "pointer"
+
+
+def _test_tn_blocks(blocks=None):
+    """Testing hook: register blocks that share one A^T copy in the backward's C += A^T B (chosen
+    per CPU at load time: fc_uarch.h fc_tn_blocks); with an argument (1 or 2), switch to it first."""
+    global fc_tn_blocks
+    if blocks is not None:
+        if blocks not in (1, 2):
+            raise ValueError(blocks)
+        fc_tn_blocks = blocks
+    return fc_tn_blocks
+
+
+def _test_bwd_rows(rows=None):
+    """Testing hook: query rows per backward step (chosen per CPU at load time: fc_uarch.h
+    fc_bwd_rows); with an argument (a multiple of 4, at most BR_BWD), switch to it first."""
+    global fc_bwd_rows
+    if rows is not None:
+        if rows <= 0 or rows % 4 or rows > BR_BWD:
+            raise ValueError(rows)
+        fc_bwd_rows = rows
+    return fc_bwd_rows
+
 # whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
 _TEST_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)
 

@@ -1,0 +1,42 @@
+/* Choices inside a CPU level that follow the micro-architecture: where two forms compute the same
+ * bits and one was measured faster on one CPU, that CPU takes it and the others keep the form
+ * they were measured with, so a change tuned on one CPU cannot slow another's recorded results.
+ * Set once when the module loads (cpuid vendor); the tests switch each through a hook and check
+ * that every form gives the same bits.  (The bf16 math-in-T instruction forms, fc_bf16_form, sit
+ * with the bf16 roundings in fc_half.h.)  Hand-written; included (through fc_simd.h) by every CPU
+ * level's core module. */
+#ifndef FUEL_CY_FC_UARCH_H
+#define FUEL_CY_FC_UARCH_H
+#include "fc_isa.h"
+#include "fc_cpuid.h"
+
+/* How O += P V finds contiguous V's rows (fc_pv_contig_*): a fixed stride apart, or through the
+ * row pointers that the paged cache needs anyway (one more load per key).  By stride the PV tile
+ * ran 91 -> 112 GFLOP/s at avx2 and 31 -> 37 at default, and at AVX-512 on Zen 4 109 -> 117 in
+ * isolation (64 x 128 x 128 tiles, one core, FMA peak 117; 1-3% of a flash call); Sapphire Rapids
+ * was measured with the pointer form at AVX-512 and keeps it there until it is measured with
+ * both. */
+enum { FC_PV_BY_POINTER = 0, FC_PV_BY_STRIDE = 1 };
+static int fc_pv_form = FC_PV_BY_STRIDE;
+
+/* Query rows per step of the backward (at most BR_BWD, kernels.pxi).  A step keeps its rows' S and
+ * dP over every key (2 x rows x Sk floats) and sweeps dK and dV (2 x Sk x D) once: at Sk = 2048
+ * 64 rows hold 1 MB of S and dP, Zen 4's whole L2, and 32 rows measured 3.5% faster there (D=128;
+ * 2.5% at D=64) for twice the dK/dV sweeps; Sapphire Rapids (2 MB of L2) keeps 64 until it is
+ * measured.  Every gradient is the same sum in the same order either way. */
+static int fc_bwd_rows = 64;
+
+/* Register blocks of the backward's C += A^T B (fc_gemm_tn_*) that share one copy of their A^T
+ * block.  With two, each row of A is read a whole 64-byte line at a time at AVX-512 (one 8-row
+ * block's 32 bytes left the line's other half to be fetched again for the next block): the
+ * product ran 104 -> 110 GFLOP/s in isolation on Zen 4 and the backward 3% faster at D=64 (equal
+ * at D=128).  Other CPUs keep one until measured. */
+static int fc_tn_blocks = 1;   /* 1 or 2 */
+
+__attribute__((constructor)) static void fc_uarch_init(void) {
+    int amd = fc_cpu_is_amd();
+    fc_pv_form = FC_VBYTES == 64 && !amd ? FC_PV_BY_POINTER : FC_PV_BY_STRIDE;
+    fc_bwd_rows = amd ? 32 : 64;
+    fc_tn_blocks = amd ? 2 : 1;
+}
+#endif
