@@ -33,10 +33,11 @@ static int fc_bwd_rows = 64;
  * at D=128).  Other CPUs keep one until measured. */
 static int fc_tn_blocks = 1;   /* 1 or 2 */
 
+/* Measured at AVX-512 only: the levels below it keep their forms on every CPU. */
 __attribute__((constructor)) static void fc_uarch_init(void) {
-    int amd = fc_cpu_is_amd();
-    fc_pv_form = FC_VBYTES == 64 && !amd ? FC_PV_BY_POINTER : FC_PV_BY_STRIDE;
-    fc_bwd_rows = amd ? 32 : 64;
-    fc_tn_blocks = amd ? 2 : 1;
+    int amd512 = FC_VBYTES == 64 && fc_cpu_is_amd();
+    fc_pv_form = FC_VBYTES == 64 && !amd512 ? FC_PV_BY_POINTER : FC_PV_BY_STRIDE;
+    fc_bwd_rows = amd512 ? 32 : 64;
+    fc_tn_blocks = amd512 ? 2 : 1;
 }
 #endif
