@@ -8,6 +8,7 @@
 #include "fc_math.h"
 #include "fc_isa.h"
 #include "fc_half.h"     /* the vector roundings of the "math in T" softmax */
+#include "fc_uarch.h"    /* fc_bf16_form */
 #include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
 /* ---- Row reductions over 16 lane partials (lane j % 16, in order of j), on this level's vectors.

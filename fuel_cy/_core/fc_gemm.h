@@ -14,7 +14,7 @@
 #include "fc_math.h"
 #include "fc_isa.h"
 #include "fc_half.h"
-#include "fc_uarch.h"    /* fc_pv_form */
+#include "fc_uarch.h"    /* fc_pv_form, fc_tn_blocks, fc_bf16_form */
 #include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
 /* One register block of S = Q Kt: NRB rows x 2W columns at (i, j0), sequential over d. */
@@ -512,7 +512,7 @@ static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t 
  * f32 subnormal anywhere in the chain), and only on finite operands whose sums cannot overflow
  * (fc_bf16_dp_fits): which NaN an addition of two NaNs returns follows the operand order, which
  * the two forms do not share (measured: the sign of such NaNs differed), so neither inf nor NaN
- * may reach this form.  Which form runs is chosen per CPU: fc_bf16_form (fc_half.h). */
+ * may reach this form.  Which form runs is chosen per CPU: fc_bf16_form (fc_uarch.h). */
 #if FC_HAVE_DPBF16
 /* pairs (A[i], P[i]) for lanes 0..15 and (A[16 + i], P[16 + i]) for lanes 16..31, as vpermt2w
  * indices with P the first table and A the second (index + 32) */

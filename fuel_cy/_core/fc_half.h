@@ -8,7 +8,6 @@
 #define FUEL_CY_FC_HALF_H
 #include "fc_math.h"
 #include "fc_isa.h"
-#include "fc_cpuid.h"    /* the vendor, for fc_bf16_form */
 
 /* ---- Half-type storage <-> the float work arrays. ----------------------------------------------
  * Widening is exact; narrowing rounds to nearest even (below).  NumPy's own float16
@@ -275,18 +274,6 @@ static inline float fc_round_bf16_cvt_checked(float f) {
 #define fc_rbf16_cvt_checked_v fc_rbf16_exact_v
 #define fc_round_bf16_cvt_checked fc_round_bf16
 #endif
-
-/* Which instruction form the bf16 math-in-T loops take (same bits either way): the vdpbf16ps
- * additions in the GEMMs (fc_gemm.h) and vcvtneps2bf16 in the row passes (fc_exp.h) on AMD CPUs,
- * where they were measured faster (Zen 4); elsewhere the vaddps GEMM form and the integer row
- * rounding, as before: Sapphire Rapids runs vpermt2w at half the rate of vpermw and has not been
- * measured with either.  Set once when the module loads; the tests switch it through a hook to
- * check every form on one CPU. */
-enum { FC_BF16_FORM_VADDPS = 0, FC_BF16_FORM_VDPBF16PS = 1 };
-static int fc_bf16_form = FC_BF16_FORM_VADDPS;
-__attribute__((constructor)) static void fc_bf16_form_init(void) {
-    fc_bf16_form = FC_HAVE_BF16_CVT && fc_cpu_is_amd() ? FC_BF16_FORM_VDPBF16PS : FC_BF16_FORM_VADDPS;
-}
 
 /* vcvtps2ph/vcvtph2ps (F16C, avx2 and up): round-to-nearest-even binary16 with subnormals,
  * overflow and NaN exactly as fc_f32_to_f16_bits; without F16C, fc_round_f16's branch-free

@@ -2,7 +2,7 @@
  * declares them from this umbrella.  Hand-written; included by every CPU level's core module.
  *
  *   fc_isa.h    the level's vector width, register blocking, vector types, lane helpers, prefetch
- *   fc_uarch.h  choices inside a level per micro-architecture (same bits): PV form, backward steps
+ *   fc_uarch.h  choices inside a level per micro-architecture (same bits): bf16 form, PV form, backward steps
  *   fc_gemm.h   tile GEMMs: QK, PV, row dots, the backward's A^T B, the rounded bf16/f16 forms,
  *               vdpbf16ps
  *   fc_half.h   bf16/f16 <-> float32: widen/narrow, the half-pool readers, the vector roundings

@@ -1,14 +1,22 @@
 /* Choices inside a CPU level that follow the micro-architecture: where two forms compute the same
  * bits and one was measured faster on one CPU, that CPU takes it and the others keep the form
  * they were measured with, so a change tuned on one CPU cannot slow another's recorded results.
- * Set once when the module loads (cpuid vendor); the tests switch each through a hook and check
- * that every form gives the same bits.  (The bf16 math-in-T instruction forms, fc_bf16_form, sit
- * with the bf16 roundings in fc_half.h.)  Hand-written; included (through fc_simd.h) by every CPU
- * level's core module. */
+ * Set once when the module loads (one cpuid vendor probe); the tests switch each through a hook
+ * and check that every form gives the same bits.  Hand-written; included (through fc_simd.h) by
+ * every CPU level's core module. */
 #ifndef FUEL_CY_FC_UARCH_H
 #define FUEL_CY_FC_UARCH_H
 #include "fc_isa.h"
+#include "fc_half.h"     /* FC_HAVE_BF16_CVT */
 #include "fc_cpuid.h"
+
+/* Which instruction form the bf16 math-in-T loops take: the vdpbf16ps additions in the GEMMs
+ * (fc_gemm.h) and vcvtneps2bf16 in the row passes (fc_exp.h) on AMD CPUs with AVX512-BF16, where
+ * they were measured faster (Zen 4); elsewhere the vaddps GEMM form and the integer row rounding,
+ * as before: Sapphire Rapids runs vpermt2w at half the rate of vpermw and has not been measured
+ * with either. */
+enum { FC_BF16_FORM_VADDPS = 0, FC_BF16_FORM_VDPBF16PS = 1 };
+static int fc_bf16_form = FC_BF16_FORM_VADDPS;
 
 /* How O += P V finds contiguous V's rows (fc_pv_contig_*): a fixed stride apart, or through the
  * row pointers that the paged cache needs anyway (one more load per key).  By stride the PV tile
@@ -35,7 +43,8 @@ static int fc_tn_blocks = 1;   /* 1 or 2 */
 
 /* Measured at AVX-512 only: the levels below it keep their forms on every CPU. */
 __attribute__((constructor)) static void fc_uarch_init(void) {
-    int amd512 = FC_VBYTES == 64 && fc_cpu_is_amd();
+    int amd = fc_cpu_is_amd(), amd512 = FC_VBYTES == 64 && amd;
+    fc_bf16_form = FC_HAVE_BF16_CVT && amd ? FC_BF16_FORM_VDPBF16PS : FC_BF16_FORM_VADDPS;
     fc_pv_form = FC_VBYTES == 64 && !amd512 ? FC_PV_BY_POINTER : FC_PV_BY_STRIDE;
     fc_bwd_rows = amd512 ? 32 : 64;
     fc_tn_blocks = amd512 ? 2 : 1;

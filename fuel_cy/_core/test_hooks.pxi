@@ -44,15 +44,22 @@ def _test_round_vec(float[::1] x, str which):
     return out
 
 
-cdef extern from "fc_half.h" nogil:
-    int fc_bf16_form   # which instruction form the bf16 math-in-T loops take (set at load)
+# the choices inside a level per micro-architecture (fc_uarch.h), each set at load
+cdef extern from "fc_uarch.h" nogil:
+    enum: FC_VBYTES    # this level's vector width in bytes (fc_isa.h)
+    int fc_bf16_form   # which instruction form the bf16 math-in-T loops take
     enum:
         FC_BF16_FORM_VADDPS
         FC_BF16_FORM_VDPBF16PS
+    int fc_pv_form     # how O += P V finds contiguous V's rows
+    enum:
+        FC_PV_BY_POINTER
+        FC_PV_BY_STRIDE
+    int fc_tn_blocks   # register blocks per A^T copy of the backward's C += A^T B
 
 
 def _test_bf16_forms():
-    """Testing hook: the instruction forms of the bf16 math-in-T loops this build has (fc_half.h
+    """Testing hook: the instruction forms of the bf16 math-in-T loops this build has (fc_uarch.h
     fc_bf16_form): "vaddps" (GEMM additions by vaddps, row passes rounded by integer arithmetic) and
     "vdpbf16ps" (GEMM additions by vdpbf16ps on packed accumulators, row passes rounded by
     vcvtneps2bf16); empty without AVX512-BF16, where the loops have one form."""
@@ -69,15 +76,6 @@ def _test_bf16_form(form=None):
         fc_bf16_form = FC_BF16_FORM_VDPBF16PS if form == "vdpbf16ps" else FC_BF16_FORM_VADDPS
     return "vdpbf16ps" if fc_bf16_form == FC_BF16_FORM_VDPBF16PS else "vaddps"
 
-
-
-cdef extern from "fc_uarch.h" nogil:
-    enum: FC_VBYTES    # this level's vector width in bytes (fc_isa.h)
-    int fc_pv_form     # how O += P V finds contiguous V's rows (set at load)
-    int fc_tn_blocks   # register blocks per A^T copy of the backward's C += A^T B (set at load)
-    enum:
-        FC_PV_BY_POINTER
-        FC_PV_BY_STRIDE
 
 
 _TEST_VECTOR_BYTES = FC_VBYTES
