@@ -150,6 +150,22 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_tn_blocks() == (2 if amd512 else 1)
 
 
+def test_f16_form_follows_the_instruction_set():
+    """fc_uarch.h: the f16 math-in-T GEMMs take binary16 arithmetic where the CPU has AVX512-FP16
+    (at the AVX-512 levels, whatever the vendor), the F16C conversions everywhere else; the
+    emulated binary16 form exists at every AVX-512 level for the tests."""
+    from fuel_cy import _cpuid
+
+    features, _, _, _ = _cpuid.probe()
+    avx512 = core()._TEST_VECTOR_BYTES == 64
+    native = avx512 and "avx512_fp16" in features
+    assert core()._test_f16_form() == ("native" if native else "convert")
+    assert core()._test_f16_forms() == ["convert"] + (["native-emulated"] if avx512 else []) + (["native"] if native else [])
+    if not native:
+        with pytest.raises(ValueError):
+            core()._test_f16_form("native")  # never run vmulph on a CPU without it
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_micro_architecture_choices_give_the_same_bits(dtype):
     """Every form fc_uarch.h may pick computes the same sums in the same order: the PV form

@@ -13,21 +13,26 @@ import emulation
 from measures import peak_bytes_in_fresh_thread
 
 
-def _each_bf16_form(code):
-    """Run the loop body once per instruction form of the bf16 math-in-T GEMMs this CPU level has
-    (the vaddps form, and the vdpbf16ps one; the CPU picks one at load time, the tests check every
-    one), then restore the CPU's choice; once for F16 or a level without them."""
-    forms = core()._test_bf16_forms() if code == "BF16" else []
-    if not forms:
+def _each_half_form(code):
+    """Run the loop body once per form of the math-in-T GEMMs this CPU level has for the dtype, then
+    restore the CPU's choice: for BF16 the vaddps form and the vdpbf16ps one, for F16 the F16C
+    conversions, the binary16 loops with emulated vmulph/vaddph and, where the CPU has
+    AVX512-FP16, the native ones (the CPU picks one at load time, the tests check every one); once
+    where the level has a single form."""
+    hooks = {"BF16": (core()._test_bf16_forms, core()._test_bf16_form),
+             "F16": (core()._test_f16_forms, core()._test_f16_form)}
+    list_forms, switch = hooks[code]
+    forms = list_forms()
+    if len(forms) < 2:
         yield None
         return
-    chosen = core()._test_bf16_form()
+    chosen = switch()
     try:
         for form in forms:
-            assert core()._test_bf16_form(form) == form
+            assert switch(form) == form
             yield form
     finally:
-        core()._test_bf16_form(chosen)
+        switch(chosen)
 
 
 def _interesting_floats():
@@ -179,7 +184,7 @@ def test_naive_is_bitwise_the_emulation(code, dtype, case):
     emu = emulation.naive(code, q, k, v, slopes, float(np.float32(scale)), params.get("causal", False),
                           params.get("window_size_left"), params.get("window_size_right"),
                           params.get("softcap"), params.get("k_len"))
-    for form in _each_bf16_form(code):
+    for form in _each_half_form(code):
         out = fuel_cy.attention_naive(q, k, v, slopes, **params)
         assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
 
@@ -210,6 +215,8 @@ FLASH_EMU_CASES = EMU_CASES + [
     # the fused scale-only path of rounded tiles: causal diagonal tiles after full ones (alpha < 1),
     # D = 32 + 8 (the vector GEMM blocks and their tail)
     ("causal-long", 1, 2, 1, 200, 200, 40, {"causal": True}, False),
+    # D past a chunk of the binary16 GEMMs' operands (128): S's sums reloaded mid-contraction
+    ("d-gt-128", 1, 1, 1, 6, 40, 136, {}, False),
 ]
 
 
@@ -219,7 +226,7 @@ def test_flash_is_bitwise_the_emulation(code, dtype, case):
     """attention_flash in T: the online softmax over 128-key tiles, every step rounded to T."""
     (q, k, v), slopes, params = _half_inputs(case, dtype, seed=4)
     emu = emulation.flash(code, q, k, v, slopes, k_len=params.get("k_len"), **_emu_params(params, q.shape[3]))
-    for form in _each_bf16_form(code):
+    for form in _each_half_form(code):
         out = fuel_cy.attention_flash(q, k, v, slopes, **params)
         assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
 
@@ -240,7 +247,7 @@ BWD_EMU_CASES = [
 def test_backward_is_bitwise_the_emulation(code, dtype, case):
     (q, k, v, do), slopes, params = _half_inputs(case, dtype, seed=5, with_do=True)
     emu = emulation.backward(code, q, k, v, do, slopes, **_emu_params(params, q.shape[3]))
-    for form in _each_bf16_form(code):
+    for form in _each_half_form(code):
         got = fuel_cy.attention_flash_backward(q, k, v, do, slopes, **params)
         for name, g, e in zip(("dq", "dk", "dv"), got, emu):
             assert np.array_equal(g.astype(np.float32).view(np.uint32), e.view(np.uint32)), (name, form)
@@ -262,7 +269,7 @@ def test_bf16_gemms_stay_exact_where_f32_subnormals_arise(tiny):
     q, k, v = (x.astype(ml_dtypes.bfloat16) for x in (q, k, v))
     scale = 2.0**123 if tiny == "qk" else 1 / np.sqrt(d)  # so that tiny scores still matter
     emu = emulation.naive("BF16", q, k, v, None, float(np.float32(scale)))
-    for form in _each_bf16_form("BF16"):
+    for form in _each_half_form("BF16"):
         out = fuel_cy.attention_naive(q, k, v, softmax_scale=scale)
         assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
     products = (q.astype(np.float64)[..., :, None, :] * k.astype(np.float64)[..., None, :, :]) if tiny == "qk" \
@@ -270,26 +277,29 @@ def test_bf16_gemms_stay_exact_where_f32_subnormals_arise(tiny):
     assert ((np.abs(products) < 2.0**-126) & (products != 0)).any()  # the case really arises
 
 
-def test_bf16_forms_agree_on_infinities_and_nans():
-    """The vdpbf16ps form adds by a dot product, where infinities, inf - inf and NaN operands could
-    come out otherwise than from vaddps: every form must give the same bits on such inputs too,
-    except the sign of a NaN (which NaN an addition of two NaNs returns follows operand order)."""
-    forms = core()._test_bf16_forms()
+@pytest.mark.parametrize("code,dtype,big", [("BF16", ml_dtypes.bfloat16, 3e38), ("F16", np.float16, 6e4)])
+def test_half_forms_agree_on_infinities_and_nans(code, dtype, big):
+    """The vdpbf16ps form adds by a dot product and the binary16 form by vaddph, where infinities,
+    inf - inf and NaN operands could come out otherwise than from vaddps: every form must give the
+    same bits on such inputs too, except the sign of a NaN (which NaN an addition of two NaNs
+    returns follows operand order)."""
+    forms = list(_each_half_form(code))
     if len(forms) < 2:
-        pytest.skip(f"this CPU level ({core().__name__}) has one bf16 GEMM form: {forms}")
+        pytest.skip(f"this CPU level ({core().__name__}) has one {code} GEMM form")
     rng = np.random.default_rng(12)
     q, k, v, do = (rng.standard_normal((1, 2, 70, 40)) for _ in range(4))
     q[0, 0, 3, 5], k[0, 0, 9, 1], v[0, 1, 4, 33], v[0, 1, 7, 33] = np.inf, -np.inf, np.inf, -np.inf
     v[0, 0, 11, 2], q[0, 1, 20, 7], do[0, 0, 5, 38] = np.nan, -np.nan, np.nan
-    v[0, 0, :, 20] = 3e38  # sums that overflow
-    q, k, v, do = (x.astype(ml_dtypes.bfloat16) for x in (q, k, v, do))
+    v[0, 0, :, 20] = big  # sums that overflow
+    q, k, v, do = (x.astype(dtype) for x in (q, k, v, do))
+    quiet_nan = np.uint16(0x7FC0 if code == "BF16" else 0x7E00)
     results = {}
-    for form in _each_bf16_form("BF16"):
+    for form in _each_half_form(code):
         outs = [fuel_cy.attention_naive(q, k, v), fuel_cy.attention_flash(q, k, v, causal=True),
                 *fuel_cy.attention_flash_backward(q, k, v, do)]
         floats = [o.astype(np.float32) for o in outs]
         # a NaN's sign bit aside, every bit (signs of zeros and infinities included)
-        results[form] = [np.where(np.isnan(f), np.uint16(0x7FC0), o.view(np.uint16)) for o, f in zip(outs, floats)]
+        results[form] = [np.where(np.isnan(f), quiet_nan, o.view(np.uint16)) for o, f in zip(outs, floats)]
         assert all(any(test(f).any() for f in floats) for test in (np.isnan, np.isinf, np.isfinite))
     first, *others = results.values()
     for other in others:
@@ -308,7 +318,7 @@ def test_paged_is_bitwise_the_emulation(code, dtype):
     lens = np.array([13, 1, 16], np.uint32)
     slopes = rng.random(hq).astype(dtype)
     emu = emulation.paged(code, q, kc, vc, table, lens, slopes, float(np.float32(1 / np.sqrt(d))), 3.0)
-    for form in _each_bf16_form(code):
+    for form in _each_half_form(code):
         out = fuel_cy.attention_paged_naive(q, kc, vc, table, lens, slopes, softcap=3.0)
         assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32)), form
 
@@ -382,3 +392,45 @@ def test_paged_half_reads_only_the_live_blocks_in_place(code, dtype):
     emu = emulation.paged(code, q, kc, vc, np.where(table == 0xFFFFFFFF, 0, table).astype(np.uint32), lens, None,
                           float(np.float32(1 / np.sqrt(d))))
     assert np.array_equal(out.astype(np.float32).view(np.uint32), emu.view(np.uint32))
+
+
+def _rounded_gemms_f16(q, kt, p, v, o):
+    """S = q kt and O = o + p v in binary16, every product and every sum rounded (NumPy's float16
+    arithmetic rounds each operation), summed in order of the contraction index."""
+    s = np.zeros((q.shape[0], kt.shape[1]), dtype=np.float16)
+    acc = o.copy()
+    with np.errstate(over="ignore"):
+        for d in range(q.shape[1]):
+            s = s + q[:, d, None] * kt[None, d, :]
+        for j in range(p.shape[1]):
+            acc = acc + p[:, j, None] * v[None, j, :]
+    return s, acc
+
+
+@pytest.mark.parametrize("rows,d,keys,d2", [(4, 1, 1, 32), (8, 31, 33, 40), (12, 129, 128, 67),
+                                             (16, 300, 129, 96), (24, 128, 300, 33)])
+def test_f16_gemm_forms_are_the_rounded_sums(rows, d, keys, d2):
+    """Each form of the f16 GEMMs (the F16C conversions; the binary16 loops, emulated here and
+    native on AVX512-FP16) against NumPy's float16 arithmetic: contractions longer than a chunk of
+    binary16 operands (128), row counts that leave blocks of 4 and 2, columns past the 32-lane
+    blocks, values that underflow to subnormals and sums that overflow to inf."""
+    rng = np.random.default_rng(rows + d + keys)
+    q = rng.standard_normal((rows, d)).astype(np.float16)
+    kt = rng.standard_normal((d, 128)).astype(np.float16)
+    p = rng.random((rows, keys)).astype(np.float16)
+    v = rng.standard_normal((keys, d2)).astype(np.float16)
+    o = rng.standard_normal((rows, d2)).astype(np.float16)
+    kt[:, 5] *= np.float16(2.0**-20)                  # products and sums below 2^-14: subnormals
+    v[:, 1] = o[:, 1] = np.float16(65504)              # sums past the largest binary16: inf
+    want_s, want_o = _rounded_gemms_f16(q, kt, p, v, o)
+    assert np.isinf(want_o).any() and (np.abs(want_s[:, 5]) < 2.0**-14).any()
+    forms = core()._test_f16_forms()
+    chosen = core()._test_f16_form()
+    try:
+        for form in forms:
+            core()._test_f16_form(form)
+            s, out = core()._test_gemm_f16(*(np.ascontiguousarray(x, dtype=np.float32) for x in (q, kt, p, v, o)))
+            assert np.array_equal(s.astype(np.float16).view(np.uint16), want_s.view(np.uint16)), (form, "S")
+            assert np.array_equal(out.astype(np.float16).view(np.uint16), want_o.view(np.uint16)), (form, "O")
+    finally:
+        core()._test_f16_form(chosen)

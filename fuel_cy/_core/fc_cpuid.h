@@ -130,13 +130,4 @@ static inline void fc_cpu_features(unsigned char* have, char* vendor, unsigned* 
 #endif
 }
 
-/* Whether this is an AMD CPU: the per-micro-architecture choices inside a level (fc_uarch.h)
- * take the forms measured faster on Zen 4 there and keep the other CPUs' forms. */
-static inline int fc_cpu_is_amd(void) {
-    unsigned char have[FC_F_COUNT];
-    char vendor[13];
-    unsigned family, model;
-    fc_cpu_features(have, vendor, &family, &model);
-    return strcmp(vendor, "AuthenticAMD") == 0;
-}
 #endif

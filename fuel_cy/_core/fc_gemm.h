@@ -1,7 +1,8 @@
 /* Register-blocked GEMM micro-kernels of the attention tiles: S = Q K^T (fc_qk_*), O += P V
  * (fc_pv_*), the decode-time row dots (fc_rowdots_*, the *_heads forms over several kv heads), the
  * backward's C += A^T B (fc_gemm_acc_*, fc_gemm_tn_*), their "math in T" forms for bf16 and f16
- * (every product and sum rounded: fc_qk_bf16, fc_pv_bf16, fc_qk_f16, fc_pv_f16) and the bf16 dot
+ * (every product and sum rounded: fc_qk_bf16, fc_pv_bf16, and the F16C form of fc_qk_f16 and
+ * fc_pv_f16, which fc_gemm_f16.h completes) and the bf16 dot
  * products of the float32-compute kernels (fc_qk_dpbf16, vdpbf16ps).
  *
  * The un-rounded kernels (f32, f64) are written with GCC/Clang vector extensions so the compiler
@@ -451,7 +452,7 @@ static inline void fc_pv_##SUF(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, 
 
 FC_DEFINE_ROUNDED(bf16_exact, fc_rbf16_exact_v2, bf16)
 FC_DEFINE_ROUNDED(bf16_cvt, fc_rbf16_cvt_v2, bf16)
-FC_DEFINE_ROUNDED(f16, fc_rf16_v2, f16)
+FC_DEFINE_ROUNDED(f16_cvt, fc_rf16_v2, f16)   /* fc_gemm_f16.h picks it or the binary16 form */
 
 /* ---- bf16 dot products for the float32-compute kernels (AVX512-BF16). ------------------------
  * S = Q K^T for bf16 Q and K by vdpbf16ps: every product of two bf16 values is exact in float32,

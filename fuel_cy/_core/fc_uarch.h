@@ -1,9 +1,10 @@
-/* Choices inside a CPU level that follow the micro-architecture: where two forms compute the same
- * bits and one was measured faster on one CPU, that CPU takes it and the others keep the form
- * they were measured with, so a change tuned on one CPU cannot slow another's recorded results.
- * Set once when the module loads (one cpuid vendor probe); the tests switch each through a hook
- * and check that every form gives the same bits.  Hand-written; included (through fc_simd.h) by
- * every CPU level's core module. */
+/* Choices inside a CPU level that follow the CPU: where two forms compute the same bits and one
+ * was measured faster on one CPU, that CPU takes it and the others keep the form they were
+ * measured with, so a change tuned on one CPU cannot slow another's recorded results; where a
+ * form needs instructions that only some CPUs of the level have (AVX512-FP16), those CPUs take it.
+ * Set once when the module loads (one cpuid probe: vendor and features); the tests switch each
+ * through a hook and check that every form gives the same bits.  Hand-written; included (through
+ * fc_simd.h) by every CPU level's core module. */
 #ifndef FUEL_CY_FC_UARCH_H
 #define FUEL_CY_FC_UARCH_H
 #include "fc_isa.h"
@@ -41,12 +42,33 @@ static int fc_bwd_rows = 64;
  * at D=128).  Other CPUs keep one until measured. */
 static int fc_tn_blocks = 1;   /* 1 or 2 */
 
-/* Measured at AVX-512 only: the levels below it keep their forms on every CPU. */
+/* Which form the f16 math-in-T GEMMs take (fc_gemm_f16.h): binary16 arithmetic where the CPU has
+ * AVX512-FP16 (the same bits as the conversions, in a fraction of the instructions), the F16C
+ * conversions everywhere else.  The native form needs an AVX-512 level and a compiler whose
+ * assembler knows vmulph (GCC 12, clang 14); the emulated native form is for the tests. */
+#if FC_VBYTES == 64 && defined(__x86_64__) && defined(__F16C__) && \
+    ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12))
+#define FC_HAVE_F16_NATIVE 1
+#else
+#define FC_HAVE_F16_NATIVE 0
+#endif
+enum { FC_F16_FORM_CONVERT = 0, FC_F16_FORM_NATIVE = 1, FC_F16_FORM_NATIVE_EMULATED = 2 };
+static int fc_f16_form = FC_F16_FORM_CONVERT;
+static int fc_cpu_has_f16_native = 0;   /* AVX512-FP16 present and usable by this build */
+
+/* The vendor forms were measured at AVX-512 only: the levels below it keep theirs on every CPU.
+ * The f16 form follows the instruction set, not the vendor. */
 __attribute__((constructor)) static void fc_uarch_init(void) {
-    int amd = fc_cpu_is_amd(), amd512 = FC_VBYTES == 64 && amd;
+    unsigned char have[FC_F_COUNT];
+    char vendor[13];
+    unsigned family, model;
+    fc_cpu_features(have, vendor, &family, &model);
+    int amd = strcmp(vendor, "AuthenticAMD") == 0, amd512 = FC_VBYTES == 64 && amd;
     fc_bf16_form = FC_HAVE_BF16_CVT && amd ? FC_BF16_FORM_VDPBF16PS : FC_BF16_FORM_VADDPS;
     fc_pv_form = FC_VBYTES == 64 && !amd512 ? FC_PV_BY_POINTER : FC_PV_BY_STRIDE;
     fc_bwd_rows = amd512 ? 32 : 64;
     fc_tn_blocks = amd512 ? 2 : 1;
+    fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
+    fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
 }
 #endif

@@ -56,6 +56,13 @@ cdef extern from "fc_uarch.h" nogil:
         FC_PV_BY_POINTER
         FC_PV_BY_STRIDE
     int fc_tn_blocks   # register blocks per A^T copy of the backward's C += A^T B
+    int fc_f16_form    # which form the f16 math-in-T GEMMs take
+    enum:
+        FC_HAVE_F16_NATIVE
+        FC_F16_FORM_CONVERT
+        FC_F16_FORM_NATIVE
+        FC_F16_FORM_NATIVE_EMULATED
+    int fc_cpu_has_f16_native
 
 
 def _test_bf16_forms():
@@ -76,6 +83,33 @@ def _test_bf16_form(form=None):
         fc_bf16_form = FC_BF16_FORM_VDPBF16PS if form == "vdpbf16ps" else FC_BF16_FORM_VADDPS
     return "vdpbf16ps" if fc_bf16_form == FC_BF16_FORM_VDPBF16PS else "vaddps"
 
+
+
+_F16_FORMS = {"convert": FC_F16_FORM_CONVERT, "native": FC_F16_FORM_NATIVE,
+              "native-emulated": FC_F16_FORM_NATIVE_EMULATED}
+
+
+def _test_f16_forms():
+    """Testing hook: the forms of the f16 math-in-T GEMMs (fc_gemm_f16.h) this build can run on
+    this CPU: "convert" (F16C roundings) always; at AVX-512, "native-emulated" (the binary16 loops
+    with vmulph/vaddph emulated), and "native" (AVX512-FP16) where the CPU has it."""
+    forms = ["convert"]
+    if FC_HAVE_F16_NATIVE:
+        forms.append("native-emulated")
+        if fc_cpu_has_f16_native:
+            forms.append("native")
+    return forms
+
+
+def _test_f16_form(form=None):
+    """Testing hook: the form the f16 math-in-T GEMMs take (chosen per CPU at load time: fc_uarch.h
+    fc_f16_form); with an argument (one of _test_f16_forms()), switch to it first."""
+    global fc_f16_form
+    if form is not None:
+        if form not in _test_f16_forms():
+            raise ValueError(form)
+        fc_f16_form = _F16_FORMS[form]
+    return next(name for name, value in _F16_FORMS.items() if value == fc_f16_form)
 
 
 _TEST_VECTOR_BYTES = FC_VBYTES
@@ -205,3 +239,24 @@ def _test_paged_dots_h16(float[:, ::1] q, unsigned short[:, ::1] k, bint is_f16)
         rp[j] = &k[j, 0]
     fc_rowdots_heads_h16(&qv[0, 0], 1, nr4, D, rp, n, n, &sv[0, 0], n, is_f16)
     return s[:nr].copy(), int(FC_W32)
+
+
+def _test_gemm_f16(float[:, ::1] q, float[:, ::1] kt, float[:, ::1] p, float[:, ::1] v, float[:, ::1] o):
+    """Testing hook: the f16 math-in-T tile GEMMs in the current form (_test_f16_form), on f16
+    values held in float32: returns (S, O) with S = fc_qk_f16(q [rows, D], kt [D, 128]) [rows, 128]
+    and O = o + fc_pv_f16(p [rows, keys], v [keys, D2]) [rows, D2]; rows a multiple of 4."""
+    cdef Py_ssize_t nr = q.shape[0], D = q.shape[1], n = p.shape[1], D2 = v.shape[1], j
+    if nr % NR or kt.shape[0] != D or kt.shape[1] != BC or p.shape[0] != nr or v.shape[0] != n \
+            or o.shape[0] != nr or o.shape[1] != D2 or nr == 0 or D == 0 or n == 0 or D2 == 0:
+        raise ValueError("q [4k, D], kt [D, 128], p [4k, n], v [n, D2], o [4k, D2], none empty")
+    s = _np.zeros((nr, BC), dtype=_np.float32)
+    out = _np.array(o, dtype=_np.float32)
+    cdef float[:, ::1] sv = s
+    cdef float[:, ::1] ov = out
+    rows = _np.empty(n, dtype=_np.uintp)
+    cdef size_t[::1] rv = rows
+    for j in range(n):
+        rv[j] = <size_t>&v[j, 0]
+    fc_qk_f16(&q[0, 0], nr, D, &kt[0, 0], &sv[0, 0], BC, BC)
+    fc_pv_f16(&p[0, 0], n, nr, n, <float**>&rv[0], D2, &ov[0, 0], D2)
+    return s, out
