@@ -168,6 +168,9 @@ EMU_CASES = [
     ("k-len", 1, 1, 1, 4, 40, 3, {"k_len": 33, "softmax_scale": 0.7}, False),
     # two key tiles and D = 32 + 8: the vector GEMM blocks and their scalar tail
     ("wide", 1, 2, 1, 9, 150, 40, {"causal": True}, False),
+    # the same without the mask: every key of both tiles enters the vector P V blocks (causal, the
+    # first rows attend a few keys and the blocks' last keys only meet p = 0)
+    ("wide-all-keys", 1, 2, 1, 9, 150, 40, {}, False),
 ]
 
 
