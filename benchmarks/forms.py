@@ -1,0 +1,111 @@
+"""Side by side, every form of each choice that `fc_uarch.h` makes per CPU, on the CPU at hand.
+
+Each choice computes the same bits in every form (the tests check that), so which form a CPU
+takes is a question of speed only, settled by measuring it there.  This script switches each
+choice through its test hook between calls, interleaved (form A, form B, A, B, ...), and prints
+the median times with the form this CPU takes at load marked, stamped with the CPU:
+
+    python benchmarks/forms.py [--reps N] [--json OUT]
+
+Run it on a CPU whose forms were not measured yet (a new micro-architecture) before changing the
+choice in `fc_uarch.h`; the forms it does not take are only timed, never chosen, here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+import ml_dtypes
+import numpy as np
+
+import fuel_cy
+from fuel_cy.harness.bench import interleaved, machine_info
+from fuel_cy.harness.tables import format_table
+from fuel_cy.runtime.cpu import core
+
+
+def _arrays(dtype, s: int, d: int, n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, 8, s, d)).astype(dtype) for _ in range(n)]
+
+
+def _flash(dtype, s: int, d: int) -> Callable[[], Any]:
+    q, k, v = _arrays(dtype, s, d, 3)
+    return lambda: fuel_cy.attention_flash(q, k, v)
+
+
+def _backward(dtype, s: int, d: int) -> Callable[[], Any]:
+    q, k, v, do = _arrays(dtype, s, d, 4)
+    return lambda: fuel_cy.attention_flash_backward(q, k, v, do)
+
+
+def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
+    """(choice, its hook, the forms to time, [(shape, call)]) for every choice this level has."""
+    c = core()
+    out = [
+        ("fc_pv_form", c._test_pv_form, ["pointer", "stride"],
+         [("flash f32 B=1 H=8 S=2048 D=64", _flash(np.float32, 2048, 64)),
+          ("flash f32 B=1 H=8 S=2048 D=128", _flash(np.float32, 2048, 128))]),
+        ("fc_bwd_rows", c._test_bwd_rows, [32, 64],
+         [("backward f32 B=1 H=8 S=2048 D=64", _backward(np.float32, 2048, 64)),
+          ("backward f32 B=1 H=8 S=2048 D=128", _backward(np.float32, 2048, 128))]),
+        ("fc_tn_blocks", c._test_tn_blocks, [1, 2],
+         [("backward f32 B=1 H=8 S=2048 D=64", _backward(np.float32, 2048, 64)),
+          ("backward f32 B=1 H=8 S=2048 D=128", _backward(np.float32, 2048, 128))]),
+    ]
+    if len(c._test_bf16_forms()) > 1:
+        out.append(("fc_bf16_form", c._test_bf16_form, c._test_bf16_forms(),
+                    [("flash bf16 B=1 H=8 S=1024 D=64", _flash(ml_dtypes.bfloat16, 1024, 64)),
+                     ("backward bf16 B=1 H=8 S=512 D=64", _backward(ml_dtypes.bfloat16, 512, 64))]))
+    # the emulated binary16 form exists for the tests, not as a candidate
+    f16 = [f for f in c._test_f16_forms() if f != "native-emulated"]
+    if len(f16) > 1:
+        out.append(("fc_f16_form", c._test_f16_form, f16,
+                    [("flash f16 B=1 H=8 S=1024 D=64", _flash(np.float16, 1024, 64)),
+                     ("backward f16 B=1 H=8 S=512 D=64", _backward(np.float16, 512, 64))]))
+    return out
+
+
+def _with_form(hook: Callable[..., Any], form: Any, call: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        hook(form)
+        return call()
+    return run
+
+
+def measure(reps: int) -> dict[str, Any]:
+    rows = []
+    for choice, hook, forms, cases in _choices():
+        chosen = hook()
+        try:
+            for shape, call in cases:
+                times = interleaved([_with_form(hook, f, call) for f in forms], reps=reps)
+                base = times[forms.index(chosen)]
+                for form, t in zip(forms, times):
+                    rows.append({"choice": choice, "shape": shape, "form": str(form), "chosen": form == chosen,
+                                 "ms": t * 1e3, "vs_chosen": t / base})
+        finally:
+            hook(chosen)
+    return {"machine": machine_info(), "reps": reps, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=7, help="interleaved repetitions per form (median)")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    result = measure(args.reps)
+    m = result["machine"]
+    print(f"{m['cpu']} ({m['cpu_id']}), level {m['cpu_capability']}, {m['threads']} threads, "
+          f"median of {args.reps}; * = the form this CPU takes at load\n")
+    print(format_table([["choice", "shape", "form", "ms", "time / chosen form's"]]
+                       + [[r["choice"], r["shape"], r["form"] + (" *" if r["chosen"] else ""), f"{r['ms']:.1f}",
+                           f"{r['vs_chosen']:.3f}"] for r in result["rows"]]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
