@@ -237,8 +237,9 @@ def test_performance_plots_are_legible(browser, server, site):
     import json
 
     results = ROOT / "benchmarks" / "results"
-    cpus = {json.loads(p.read_text())["machine"]["cpu"] for p in [results / "bench.json", *results.glob("levels/*.json")]
-            if p.exists()}
+    cpus = {json.loads(p.read_text())["machine"]["cpu"]
+            for p in [results / "bench.json", *results.glob("*/bench.json"), *results.glob("levels/*.json")] if p.exists()}
+    assert cpus
     headings = [h.text for h in browser.find_elements("css selector", "article h2, article h3")]
     for cpu in cpus:
         assert any(h.startswith(cpu) for h in headings), (cpu, headings)

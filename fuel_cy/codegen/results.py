@@ -6,9 +6,10 @@ logarithmic with a line at 1.0, and colour means one thing only: against a peer 
 green where fuel_cy is faster and orange where it is slower; ratios of our kernels against each
 other (bf16 against f32, naive against flash, threads) are grey, being neither.
 
-Result files: `bench.json` (the full grid on one machine), `levels/<cpu>.json` (`fuel-cy bench
---cpu-capability all`, one file per CPU model) and `<cpu>/bench.json` (the full grid of another
-machine, one folder per CPU model).
+Result files, one per CPU model so that a run on one CPU never replaces another's: `<cpu>/bench.json`
+(`fuel-cy bench`, the full grid), `levels/<cpu>.json` (`fuel-cy bench --cpu-capability all`), where
+<cpu> is the CPU model in lower case with dashes (`amd-epyc`); a `bench.json` at the top, the
+layout before per-CPU folders, is read too.
 """
 from __future__ import annotations
 
@@ -305,7 +306,7 @@ def _level_points(data: dict) -> list[dict[str, Any]]:
 # ---- the pages -------------------------------------------------------------------------------
 
 def _runs(root: Path) -> list[tuple[str, dict, Path]]:
-    """Full-grid runs: bench.json, then <cpu>/bench.json of other machines."""
+    """Full-grid runs: a top-level bench.json (the older layout), then every <cpu>/bench.json."""
     runs = []
     main = root / RESULTS / "bench.json"
     if main.exists():
@@ -335,7 +336,7 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
     lines = ["---", "title: Performance", "---", "# Performance", ""]
     images: dict[str, bytes] = {}
     if not runs and not level_runs:
-        lines.append("No benchmark results yet: run `fuel-cy bench --json benchmarks/results/bench.json` "
+        lines.append("No benchmark results yet: run `fuel-cy bench --json benchmarks/results/<cpu>/bench.json` "
                      "and rebuild the site.")
         return "\n".join(lines) + "\n", images
     plt = _pyplot()
