@@ -332,6 +332,8 @@ def _level_runs(root: Path) -> list[tuple[str, dict, Path]]:
 
 
 def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
+    from ..harness.targets import targets
+
     runs, level_runs = _runs(root), _level_runs(root)
     lines = ["---", "title: Performance", "---", "# Performance", ""]
     images: dict[str, bytes] = {}
@@ -399,8 +401,9 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
                                        "speed ratio = reference time / this kernel's time")
                 lines += [_image(img, f"fuel_cy kernels against each other on {cpu}"), "",
                           _compact_note([r["shape"] for r in data["rows"] if peer_kind(r.get("peer")) == "ours"]), ""]
-        lines += _targets(data)
-        lines += _gap_notes(root, data, path)
+        judged = targets(data)
+        lines += _targets(judged)
+        lines += _gap_notes(root, judged, path)
         lines += _all_rows(data)
 
     for name, data, path in level_runs:
@@ -417,23 +420,19 @@ def gap_notes_path(root: Path, run: Path) -> Path:
     return run.parent / "notes.md"
 
 
-def _gap_notes(root: Path, data: dict, run: Path) -> list[str]:
-    from ..harness.targets import targets
-
+def _gap_notes(root: Path, judged: list[dict], run: Path) -> list[str]:
     notes = gap_notes_path(root, run)
     if notes.exists():
         return [notes.read_text().strip(), ""]
-    if any(t["met"] is False for t in targets(data)):
+    if any(t["met"] is False for t in judged):
         # a run whose gaps nobody has explained says so, rather than leaving the table bare
         return [f"*What limits the targets not met on this CPU is not written up yet "
                 f"(`{notes.relative_to(root).as_posix()}`).*", ""]
     return []
 
 
-def _targets(data: dict) -> list[str]:
-    from ..harness.targets import targets
-
-    rows = [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]] for t in targets(data)]
+def _targets(judged: list[dict]) -> list[str]:
+    rows = [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]] for t in judged]
     return ["### Targets", "", "The project's performance goals, judged on this run; what limits the ones not met "
             "follows the table.", "", _table(["target", "measured", "met"], rows), ""]
 
