@@ -35,7 +35,7 @@ def test_every_cpu_with_an_unmet_target_has_its_gaps_explained_on_the_page():
         cpu = data["machine"]["cpu"]
         assert cpu in sections, (cpu, list(sections))
         if any(t["met"] is False for t in targets(data)):
-            notes = gap_notes_path(ROOT, run)
+            notes = gap_notes_path(run)
             assert notes == run.parent / "notes.md"
             assert notes.exists(), f"{run} misses targets and has no {notes.name} beside it"
             assert _first_heading(notes) in sections[cpu]

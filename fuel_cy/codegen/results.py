@@ -8,8 +8,8 @@ other (bf16 against f32, naive against flash, threads) are grey, being neither.
 
 Result files, one per CPU model so that a run on one CPU never replaces another's: `<cpu>/bench.json`
 (`fuel-cy bench`, the full grid), `levels/<cpu>.json` (`fuel-cy bench --cpu-capability all`), where
-<cpu> is the CPU model in lower case with dashes (`amd-epyc`); a `bench.json` at the top, the
-layout before per-CPU folders, is read too.
+<cpu> is the CPU model in lower case with dashes (`amd-epyc`), and beside each `<cpu>/bench.json`
+a hand-written `notes.md` with the profiles behind that CPU's unmet targets.
 """
 from __future__ import annotations
 
@@ -306,13 +306,8 @@ def _level_points(data: dict) -> list[dict[str, Any]]:
 # ---- the pages -------------------------------------------------------------------------------
 
 def _runs(root: Path) -> list[tuple[str, dict, Path]]:
-    """Full-grid runs: a top-level bench.json (the older layout), then every <cpu>/bench.json."""
+    """Full-grid runs: every <cpu>/bench.json."""
     runs = []
-    main = root / RESULTS / "bench.json"
-    if main.exists():
-        data = _load(root, "bench.json")
-        if data:
-            runs.append(("bench", data, main))
     for path in sorted((root / RESULTS).glob("*/bench.json")):
         try:
             runs.append((path.parent.name, json.loads(path.read_text()), path))
@@ -412,16 +407,13 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
     return "\n".join(lines) + "\n", images
 
 
-def gap_notes_path(root: Path, run: Path) -> Path:
-    """Where the hand-written profiles behind a run's unmet targets live: notes.md beside a
-    <cpu>/bench.json (benchmarks/notes.md for the older top-level bench.json)."""
-    if run.parent == root / RESULTS:
-        return root / "benchmarks" / "notes.md"
+def gap_notes_path(run: Path) -> Path:
+    """Where the hand-written profiles behind a run's unmet targets live: beside its bench.json."""
     return run.parent / "notes.md"
 
 
 def _gap_notes(root: Path, judged: list[dict], run: Path) -> list[str]:
-    notes = gap_notes_path(root, run)
+    notes = gap_notes_path(run)
     if notes.exists():
         return [notes.read_text().strip(), ""]
     if any(t["met"] is False for t in judged):
