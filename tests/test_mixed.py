@@ -47,38 +47,13 @@ def test_flash_mixed_matches_float64_reference_and_the_rounded_f32_kernel(case, 
                            right=params.get("window_size_right"), softcap=params.get("softcap"), k_len=params.get("k_len"))
     assert _rel(out, expected) <= bound
     # the contract's identity: float32 math on the widened inputs, rounded once to T.  Where bf16
-    # scores come from vdpbf16ps (a different float32 summation order, pinned bit for bit in
-    # test_dpbf16_scores_are_the_instructions_float32_sums), the result may sit one bf16 ulp away.
+    # scores come from vdpbf16ps or AMX tiles (a different float32 summation order, pinned bit for
+    # bit in tests/test_bf16_scores.py), the result may sit one bf16 ulp away.
     f32 = fuel_cy.attention_flash(*_f32(q, k, v, slopes), **params)
     if code == "BF16" and core()._TEST_HAVE_DPBF16:
         assert ulps16(out, f32.astype(dtype)) <= 1
     else:
         assert _bits(out) == _bits(f32.astype(dtype))
-
-
-def _dpbf16_emulated(q, k):
-    """vdpbf16ps as Intel's SDM defines it: per lane, acc += x[2i+1] * y[2i+1], then
-    acc += x[2i] * y[2i], each addition rounded to float32 (the products of bf16 values are exact)."""
-    s = np.zeros((q.shape[0], k.shape[0]), np.float32)
-    d = q.shape[1]
-    for p in range(0, d, 2):
-        for e in (p + 1, p):
-            if e < d:
-                s = (s + np.outer(q[:, e], k[:, e]).astype(np.float32)).astype(np.float32)
-    return s
-
-
-@pytest.mark.parametrize("rows,keys,d", [(5, 40, 7), (64, 128, 64), (9, 1, 128), (1, 77, 111)])
-def test_dpbf16_scores_are_the_instructions_float32_sums(rows, keys, d):
-    rng = np.random.default_rng(rows + d)
-    q, k = (rng.standard_normal(shape).astype(ml_dtypes.bfloat16).astype(np.float32)
-            for shape in ((rows, d), (keys, d)))
-    s = core()._test_qk_dpbf16(q, k)
-    if not core()._TEST_HAVE_DPBF16:
-        assert s is None  # the level has no AVX512-BF16: the mixed flash runs the float32 loops
-        return
-    assert _bits(s) == _bits(_dpbf16_emulated(q, k))
-    assert _rel(s, q.astype(np.float64) @ k.astype(np.float64).T) < 1e-5
 
 
 def _fold(lanes):

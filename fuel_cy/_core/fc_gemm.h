@@ -3,7 +3,7 @@
  * backward's C += A^T B (fc_gemm_acc_*, fc_gemm_tn_*), their "math in T" forms for bf16 and f16
  * (every product and sum rounded: fc_qk_bf16, fc_pv_bf16, and the F16C form of fc_qk_f16 and
  * fc_pv_f16, which fc_gemm_f16.h completes) and the bf16 dot
- * products of the float32-compute kernels (fc_qk_dpbf16, vdpbf16ps).
+ * products of the float32-compute kernels (fc_qk_dpbf16_vec, vdpbf16ps; fc_amx.h adds the AMX form).
  *
  * The un-rounded kernels (f32, f64) are written with GCC/Clang vector extensions so the compiler
  * cannot reshape them (left alone, gcc vectorized the wrong loop of pv_accum and gathered).  They
@@ -467,9 +467,12 @@ FC_DEFINE_ROUNDED(f16_cvt, fc_rf16_v2, f16)   /* fc_gemm_f16.h picks it or the b
 #define FC_QK_DPBF16_BLOCK(NRB)                                                                  \
     {                                                                                            \
         __m512 a[NRB][2];                                                                        \
-        for (int r = 0; r < NRB; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();                   \
-        const uint32_t* kp = Kp + j0;                                                            \
-        for (ptrdiff_t p = 0; p < D2; p++, kp += FC_BC) {                                        \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            a[r][0] = acc ? _mm512_loadu_ps(S + (i + r) * lds + j0) : _mm512_setzero_ps();       \
+            a[r][1] = acc ? _mm512_loadu_ps(S + (i + r) * lds + j0 + 16) : _mm512_setzero_ps();  \
+        }                                                                                        \
+        const uint32_t* kp = Kp + p0 * FC_BC + j0;                                               \
+        for (ptrdiff_t p = p0; p < D2; p++, kp += FC_BC) {                                       \
             __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp), k1 = (__m512bh)_mm512_loadu_si512(kp + 16); \
             for (int r = 0; r < NRB; r++) {                                                      \
                 __m512bh qb = (__m512bh)_mm512_set1_epi32((int)Qp[(i + r) * D2 + p]);            \
@@ -482,18 +485,27 @@ FC_DEFINE_ROUNDED(f16_cvt, fc_rf16_v2, f16)   /* fc_gemm_f16.h picks it or the b
             _mm512_storeu_ps(S + (i + r) * lds + j0 + 16, a[r][1]);                              \
         }                                                                                        \
     }
-static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
-                                float* S, ptrdiff_t lds, ptrdiff_t ncols) {
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 32) {
-        ptrdiff_t i = 0;
-        for (; i + 8 <= nrows4; i += 8) FC_QK_DPBF16_BLOCK(8)
-        for (; i + 4 <= nrows4; i += 4) FC_QK_DPBF16_BLOCK(4)
-        for (; i < nrows4; i += 2) FC_QK_DPBF16_BLOCK(2)
+/* Rows [i0, i1) (multiples of 2 apart) and keys [j_begin, j_end) of S (j_begin a multiple of 32;
+ * whole 32-key blocks are written, so j_end rounds up to one, within the FC_BC keys of Kp), over
+ * the pairs [p0, D2): from zero, or (acc) added to what S holds, in the same order as from zero. */
+static inline void fc_qk_dpbf16_part(const uint32_t* Qp, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t D2, ptrdiff_t p0,
+                                     const uint32_t* Kp, float* S, ptrdiff_t lds, ptrdiff_t j_begin,
+                                     ptrdiff_t j_end, int acc) {
+    for (ptrdiff_t j0 = j_begin; j0 < j_end; j0 += 32) {
+        ptrdiff_t i = i0;
+        for (; i + 8 <= i1; i += 8) FC_QK_DPBF16_BLOCK(8)
+        for (; i + 4 <= i1; i += 4) FC_QK_DPBF16_BLOCK(4)
+        for (; i < i1; i += 2) FC_QK_DPBF16_BLOCK(2)
     }
+}
+/* The vdpbf16ps form of fc_qk_dpbf16 (fc_amx.h picks the form): every score from vdpbf16ps. */
+static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
+                                    float* S, ptrdiff_t lds, ptrdiff_t ncols) {
+    fc_qk_dpbf16_part(Qp, 0, nrows4, D2, 0, Kp, S, lds, 0, ncols, 0);
 }
 #else
 #define FC_HAVE_DPBF16 0
-static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
+static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
                                 float* S, ptrdiff_t lds, ptrdiff_t ncols) {
     (void)Qp; (void)nrows4; (void)D2; (void)Kp; (void)S; (void)lds; (void)ncols;  /* never called */
 }

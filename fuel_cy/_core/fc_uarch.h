@@ -56,6 +56,38 @@ enum { FC_F16_FORM_CONVERT = 0, FC_F16_FORM_NATIVE = 1, FC_F16_FORM_NATIVE_EMULA
 static int fc_f16_form = FC_F16_FORM_CONVERT;
 static int fc_cpu_has_f16_native = 0;   /* AVX512-FP16 present and usable by this build */
 
+/* Which form the bf16 scores of the float32-compute kernels take (fc_qk_dpbf16, fc_amx.h):
+ * vdpbf16ps on zmm registers, or AMX-BF16 tiles (Intel Sapphire Rapids and later) where the CPU
+ * has them, the compiler's assembler knows them, and Linux grants this process the tile state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM: without it the first tile instruction raises SIGILL); the
+ * emulated tile form is for the tests.  AMX does 16 x 16 x 32 products per instruction where
+ * vdpbf16ps does 16 x 2, and it is what torch's bf16 SDPA runs on such CPUs.  Not yet timed on one:
+ * benchmarks/forms.py has the row that settles it there. */
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define FC_HAVE_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define FC_HAVE_AMX 0
+#endif
+enum { FC_SCORES_VDPBF16PS = 0, FC_SCORES_AMX = 1, FC_SCORES_AMX_EMULATED = 2 };
+static int fc_bf16_scores_form = FC_SCORES_VDPBF16PS;
+static int fc_cpu_has_amx = 0;   /* AMX-TILE and AMX-BF16 present, XCR0 enables them, permission granted */
+/* 0: no AMX-BF16 here (CPU, OS or this build); 1: Linux granted the tile state; 2: it refused */
+static int fc_amx_state = 0;
+
+/* Asks Linux for the AMX tile data state (ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18):
+ * process-wide, inherited by threads and forks; refused (-1) by kernels before 5.16 and while a
+ * thread's sigaltstack is too small for the larger signal frame. */
+static inline int fc_amx_permitted(void) {
+#if FC_HAVE_AMX
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
 /* The vendor forms were measured at AVX-512 only: the levels below it keep theirs on every CPU.
  * The f16 form follows the instruction set, not the vendor. */
 __attribute__((constructor)) static void fc_uarch_init(void) {
@@ -70,5 +102,8 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_tn_blocks = amd512 ? 2 : 1;
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
+    if (FC_HAVE_AMX && have[FC_F_AMX_TILE] && have[FC_F_AMX_BF16]) fc_amx_state = fc_amx_permitted() ? 1 : 2;
+    fc_cpu_has_amx = fc_amx_state == 1;
+    fc_bf16_scores_form = fc_cpu_has_amx ? FC_SCORES_AMX : FC_SCORES_VDPBF16PS;
 }
 #endif

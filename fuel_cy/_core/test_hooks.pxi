@@ -63,6 +63,18 @@ cdef extern from "fc_uarch.h" nogil:
         FC_F16_FORM_NATIVE
         FC_F16_FORM_NATIVE_EMULATED
     int fc_cpu_has_f16_native
+    int fc_bf16_scores_form   # which form the bf16 scores of the float32-compute kernels take
+    enum:
+        FC_HAVE_AMX
+        FC_SCORES_VDPBF16PS
+        FC_SCORES_AMX
+        FC_SCORES_AMX_EMULATED
+    int fc_cpu_has_amx
+    int fc_amx_state
+
+cdef extern from "fc_amx.h" nogil:
+    int fc_amx_emu_faults
+
 
 
 def _test_bf16_forms():
@@ -146,6 +158,47 @@ def _test_bwd_rows(rows=None):
             raise ValueError(rows)
         fc_bwd_rows = rows
     return fc_bwd_rows
+
+_SCORE_FORMS = {"vdpbf16ps": FC_SCORES_VDPBF16PS, "amx": FC_SCORES_AMX, "amx-emulated": FC_SCORES_AMX_EMULATED}
+
+
+def _test_bf16_score_forms():
+    """Testing hook: the forms of the bf16 scores of the float32-compute kernels (fc_amx.h) this
+    build can run on this CPU: at the AVX512-BF16 levels "vdpbf16ps" and "amx-emulated" (the tile
+    loops with the tile instructions emulated), and "amx" where the CPU has AMX-BF16 and Linux
+    granted the tile state; empty elsewhere (the kernels take the float32 loops there)."""
+    if not FC_HAVE_DPBF16:
+        return []
+    return ["vdpbf16ps", "amx-emulated"] + (["amx"] if FC_HAVE_AMX and fc_cpu_has_amx else [])
+
+
+def _test_bf16_score_form(form=None):
+    """Testing hook: the form the bf16 scores take (chosen per CPU at load time: fc_uarch.h
+    fc_bf16_scores_form); with an argument (one of _test_bf16_score_forms()), switch to it first."""
+    global fc_bf16_scores_form
+    if form is not None:
+        if form not in _test_bf16_score_forms():
+            raise ValueError(form)
+        fc_bf16_scores_form = _SCORE_FORMS[form]
+    return {v: k for k, v in _SCORE_FORMS.items()}[fc_bf16_scores_form]
+
+
+def _test_amx_state():
+    """Testing hook: "absent" (no AMX-BF16 at this level: CPU, OS or compiler), "granted" (Linux
+    gave this process the tile state when the module loaded) or "refused" (it did not: a kernel
+    before 5.16, or a thread's sigaltstack too small for the larger signal frame)."""
+    return ("absent", "granted", "refused")[fc_amx_state]
+
+
+def _test_amx_emulation_faults():
+    """Testing hook: how many tile instructions of the emulated AMX form would have faulted on the
+    hardware (a bad configuration, an unconfigured tile, shapes that do not agree) since the last
+    call; resets the count."""
+    global fc_amx_emu_faults
+    n = fc_amx_emu_faults
+    fc_amx_emu_faults = 0
+    return n
+
 
 # whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
 _TEST_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)

@@ -80,7 +80,7 @@ BINDINGS: Mapping[str, CoreBinding] = {
     "attention_flash_backward": CoreBinding(BACKWARD),
     # fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): the same drivers, run under
     # the float32 policy (precision.compute: f32)
-    # bf16 scores by vdpbf16ps where the CPU level has AVX512-BF16
+    # bf16 scores by vdpbf16ps where the CPU level has AVX512-BF16, AMX tiles where the CPU has them
     "attention_flash_mixed": CoreBinding(FLASH, half_driver="attention_flash_half"),
     "attention_paged_mixed": CoreBinding(PAGED, half_driver="attention_paged_half", half_storage=("k_cache", "v_cache")),
     "attention_flash_backward_mixed": CoreBinding(BACKWARD, half_driver="attention_flash_backward_half"),
@@ -125,6 +125,7 @@ POLICIES: Mapping[str, tuple[str, str, str]] = {
 INT_WORK: Mapping[str, tuple[str, str]] = {
     code: (d.work_ctype, d.work_numpy) for code, d in DTYPES.items() if not d.is_float}
 
-CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_isa.h", "fc_uarch.h", "fc_cpuid.h", "fc_gemm.h", "fc_gemm_f16.h", "fc_half.h", "fc_pack.h", "fc_exp.h",
+CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_isa.h", "fc_uarch.h", "fc_cpuid.h", "fc_gemm.h", "fc_gemm_f16.h",
+                "fc_amx.h", "fc_half.h", "fc_pack.h", "fc_exp.h",
                 "fc_testhooks.h", "fc_interrupt.h", "fastcheck.pxi", "policy.pxi", "blocks.pxi", "kernels.pxi",
                 "drivers_api.pxi", "drivers.pxi", "test_hooks.pxi")

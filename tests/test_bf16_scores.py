@@ -1,0 +1,228 @@
+"""The bf16 scores of the float32-compute kernels (fuel_cy/_core/fc_amx.h): vdpbf16ps on zmm
+registers, AMX-BF16 tiles where the CPU has them, and the tile loops with the tile instructions
+emulated, which every AVX512-BF16 CPU runs so that the tiling is checked where no AMX is at hand.
+Each form's scores are float32 sums of exact bf16 products; the emulated forms are pinned bit for
+bit to numpy models of their order, the hardware tile form is held to the float32 error bound of
+the sum, and the mixed kernels are checked against the float64 reference under every form."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_cy
+import reference_impl as ref
+from conftest import ROOT
+from inputs import attention_inputs
+from measures import bits as _bits
+from measures import rel as _rel
+from measures import ulps16
+
+from fuel_cy.runtime.cpu import core
+
+# (rows, keys, d): whole tiles, a decode's few rows, ragged rows/keys/pairs, odd D, one pair chunk
+SHAPES = [(5, 40, 7), (64, 128, 64), (9, 1, 128), (1, 77, 111), (48, 128, 96), (20, 100, 40),
+          (33, 64, 33), (64, 127, 128), (16, 32, 32), (32, 96, 62)]
+
+
+def _pairs_sum(s, q, k, dims):
+    """s += q[:, e] k[:, e] for e in dims, each addition rounded to float32 (bf16 products are
+    exact in float32, so a fused multiply-add is the rounded sum with the exact product)."""
+    for e in dims:
+        s = (s + np.outer(q[:, e], k[:, e]).astype(np.float32)).astype(np.float32)
+    return s
+
+
+def _vdpbf16ps_order(p0, d):
+    """vdpbf16ps as Intel's SDM defines it: per pair, the odd product, then the even one."""
+    return [e for p in range(2 * p0, d, 2) for e in (p + 1, p) if e < d]
+
+
+def _vdpbf16ps_model(q, k):
+    return _pairs_sum(np.zeros((q.shape[0], k.shape[0]), np.float32), q, k, _vdpbf16ps_order(0, q.shape[1]))
+
+
+def _tiles_model(q, k):
+    """The tile form: rows in whole 16-row tiles (of the 4-row padded count), keys in whole 32-key
+    blocks, pairs in whole 16-pair chunks go to the tiles (the emulated instruction: per pair, the
+    even product then the odd one), their last D2 % 16 pairs to vdpbf16ps; every other score is
+    vdpbf16ps's alone."""
+    rows, keys, d = q.shape[0], k.shape[0], q.shape[1]
+    d2 = (d + 1) // 2
+    rt, ct, pt = (rows + 3) // 4 * 4 // 16 * 16, keys // 32 * 32, d2 // 16 * 16
+    s = _vdpbf16ps_model(q, k)
+    if rt and ct and pt:
+        tiles = _pairs_sum(np.zeros((rt, ct), np.float32), q[:rt], k[:ct], range(min(2 * pt, d)))
+        s[:rt, :ct] = _pairs_sum(tiles, q[:rt], k[:ct], _vdpbf16ps_order(pt, d))
+    return s
+
+
+def _bf16_values(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def _each_form():
+    """Run the loop body once per score form this CPU level has, then restore the CPU's choice."""
+    c = core()
+    chosen = c._test_bf16_score_form()
+    try:
+        for form in c._test_bf16_score_forms():
+            assert c._test_bf16_score_form(form) == form
+            yield form
+    finally:
+        c._test_bf16_score_form(chosen)
+
+
+def test_score_forms_follow_the_cpu():
+    """AMX where the CPU has AMX-BF16 and Linux granted the tile state, vdpbf16ps at the other
+    AVX512-BF16 CPUs; the emulated tile form exists at every AVX512-BF16 level for the tests and is
+    never chosen; nothing can switch to the hardware form on a CPU without it."""
+    from fuel_cy import _cpuid
+
+    c = core()
+    features, _, _, _ = _cpuid.probe()
+    state = c._test_amx_state()
+    if not c._TEST_HAVE_DPBF16:
+        assert c._test_bf16_score_forms() == [] and state == "absent"
+        with pytest.raises(ValueError):
+            c._test_bf16_score_form("amx-emulated")
+        return
+    has_amx = {"amx_tile", "amx_bf16"} <= features
+    assert state in (("granted", "refused") if has_amx else ("absent",))
+    granted = state == "granted"
+    assert c._test_bf16_score_forms() == ["vdpbf16ps", "amx-emulated"] + (["amx"] if granted else [])
+    assert c._test_bf16_score_form() == ("amx" if granted else "vdpbf16ps")
+    if not granted:
+        with pytest.raises(ValueError):
+            c._test_bf16_score_form("amx")  # never run a tile instruction without the tile state
+
+
+@pytest.mark.parametrize("rows,keys,d", SHAPES)
+def test_scores_are_each_forms_float32_sums(rows, keys, d):
+    c = core()
+    if not c._TEST_HAVE_DPBF16:
+        assert c._test_qk_dpbf16(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32)) is None
+        return
+    q, k = _bf16_values((rows, d), rows + d), _bf16_values((keys, d), keys * d)
+    exact = q.astype(np.float64) @ k.astype(np.float64).T
+    # every rounding of a d-term float32 sum is within 2^-24 of a partial sum, each below sum |q k|
+    bound = d * 2.0**-24 * (np.abs(q).astype(np.float64) @ np.abs(k).astype(np.float64).T)
+    c._test_amx_emulation_faults()
+    for form in _each_form():
+        s = c._test_qk_dpbf16(q, k)
+        assert np.all(np.abs(s - exact) <= bound), form
+        if form == "vdpbf16ps":
+            assert _bits(s) == _bits(_vdpbf16ps_model(q, k))
+        elif form == "amx-emulated":
+            assert _bits(s) == _bits(_tiles_model(q, k))
+            assert c._test_amx_emulation_faults() == 0
+        else:  # the hardware's order inside one instruction is its own: bounded, and repeatable
+            assert _bits(s) == _bits(c._test_qk_dpbf16(q, k))
+
+
+def test_the_emulated_tile_form_takes_the_tiles():
+    """A whole 64 x 128 tile at D=64 goes through the tile loops, whose order differs from
+    vdpbf16ps's: the emulated form's scores are not vdpbf16ps's (the test above would pass on a
+    form that silently fell back to vdpbf16ps everywhere only if its model did too)."""
+    c = core()
+    if not c._TEST_HAVE_DPBF16:  # the float32 loops compute bf16 scores there: no forms to tell apart
+        assert c._test_bf16_score_forms() == []
+        return
+    q, k = _bf16_values((64, 64), 1), _bf16_values((128, 64), 2)
+    assert not np.array_equal(_tiles_model(q, k), _vdpbf16ps_model(q, k))
+    for form in _each_form():
+        if form == "amx-emulated":
+            assert _bits(c._test_qk_dpbf16(q, k)) == _bits(_tiles_model(q, k))
+
+
+# (b, hq, hkv, sq, sk, d, params, alibi): whole and ragged score tiles, odd D, a pair tail, GQA
+MIXED = [
+    (1, 2, 2, 64, 64, 64, {}, False),
+    (2, 6, 2, 33, 70, 59, {"causal": True}, False),
+    (1, 2, 1, 113, 203, 111, {}, True),
+    (1, 4, 2, 50, 150, 32, {"window_size_left": 17, "window_size_right": 3, "softcap": 6.0}, True),
+]
+
+
+@pytest.mark.parametrize("case", MIXED, ids=["plain", "odd-59 gqa causal", "ragged d111", "window+softcap"])
+def test_mixed_bf16_kernels_under_every_score_form(case):
+    """The mixed flash and backward on bf16 under each score form: the contract's accuracy against
+    the float64 reference, within one bf16 ulp of the float32 kernel on the widened inputs (the
+    contract's identity up to the order of the score sums), and the same bits at 1 and 2 threads."""
+    b, hq, hkv, sq, sk, d, params, alibi = case
+    q, k, v, do, slopes = attention_inputs(b, hq, hkv, sq, sk, d, ml_dtypes.bfloat16, alibi, seed=5, with_do=True)
+    widened = [None if x is None else np.asarray(x, np.float32) for x in (q, k, v, do, slopes)]
+    expected = ref.forward(q, k, v, slopes, causal=params.get("causal", False), left=params.get("window_size_left"),
+                           right=params.get("window_size_right"), softcap=params.get("softcap"))
+    f32 = fuel_cy.attention_flash(widened[0], widened[1], widened[2], widened[4], **params)
+    grads = ref.backward(q, k, v, do, slopes, causal=params.get("causal", False), left=params.get("window_size_left"),
+                         right=params.get("window_size_right"), softcap=params.get("softcap"))
+    core()._test_amx_emulation_faults()
+    for form in _each_form():
+        runs = []
+        for threads in (1, 2):
+            fuel_cy.set_num_threads(threads)
+            try:
+                out = fuel_cy.attention_flash_mixed(q, k, v, slopes, **params)
+                dq, dk, dv = fuel_cy.attention_flash_backward_mixed(q, k, v, do, slopes, **params)
+            finally:
+                fuel_cy.set_num_threads(0)
+            runs.append(_bits((out, dq, dk, dv)))
+        assert runs[0] == runs[1], form
+        assert _rel(out, expected) <= 1e-2, form
+        assert ulps16(out, f32.astype(ml_dtypes.bfloat16)) <= 1, form
+        for got, want in zip((dq, dk, dv), grads):
+            assert _rel(got, want) <= 1e-2, form
+        if form == "amx-emulated":
+            assert core()._test_amx_emulation_faults() == 0
+
+
+_FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    import ml_dtypes, numpy as np
+    sys.path.insert(0, sys.argv[1])
+    import fuel_cy, reference_impl as ref
+    from inputs import attention_inputs
+    from fuel_cy.runtime.cpu import core
+    c = core()
+    report = {"state": c._test_amx_state(), "forms": c._test_bf16_score_forms(), "form": None}
+    if "amx" in report["forms"]:
+        report["form"] = c._test_bf16_score_form()
+        rng = np.random.default_rng(0)
+        q, k = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32) for s in ((64, 128), (128, 128)))
+        s = c._test_qk_dpbf16(q, k)
+        exact = q.astype(np.float64) @ k.astype(np.float64).T
+        bound = 128 * 2.0**-24 * (np.abs(q).astype(np.float64) @ np.abs(k).astype(np.float64).T)
+        report["scores_within_bound"] = bool(np.all(np.abs(s - exact) <= bound))
+        q, k, v, slopes = attention_inputs(1, 4, 2, 96, 160, 64, ml_dtypes.bfloat16, True, seed=2)
+        out = fuel_cy.attention_flash_mixed(q, k, v, slopes, causal=True)
+        expected = ref.forward(q, k, v, slopes, causal=True)
+        report["flash_rel"] = float(np.max(np.abs(np.asarray(out, np.float64) - expected)) / np.max(np.abs(expected)))
+    print(json.dumps(report))
+""")
+
+
+def test_tile_instructions_run_in_a_fresh_process():
+    """On a CPU with AMX-BF16 at an AVX512-BF16 level, a process that has not set up a small
+    sigaltstack (pytest's faulthandler may have, in this one) gets the tile state and takes the
+    tile form, whose scores and mixed flash are right; elsewhere no process ever sees the form.
+    In a child process, so that a tile instruction gone wrong fails this test, not the suite."""
+    from fuel_cy import _cpuid
+
+    features, _, _, _ = _cpuid.probe()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    proc = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(ROOT / "tests")], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    if core()._TEST_HAVE_DPBF16 and {"amx_tile", "amx_bf16"} <= features:
+        assert report["state"] == "granted" and report["form"] == "amx", report
+        assert report["scores_within_bound"] and report["flash_rel"] <= 1e-2, report
+    else:
+        assert report["state"] == "absent" and "amx" not in report["forms"], report
