@@ -40,6 +40,16 @@ def _backward(dtype, s: int, d: int) -> Callable[[], Any]:
     return lambda: fuel_cy.attention_flash_backward(q, k, v, do)
 
 
+def _flash_mixed(s: int, d: int) -> Callable[[], Any]:
+    q, k, v = _arrays(ml_dtypes.bfloat16, s, d, 3)
+    return lambda: fuel_cy.attention_flash_mixed(q, k, v)
+
+
+def _backward_mixed(s: int, d: int) -> Callable[[], Any]:
+    q, k, v, do = _arrays(ml_dtypes.bfloat16, s, d, 4)
+    return lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do)
+
+
 def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
     """(choice, its hook, the forms to time, [(shape, call)]) for every choice this level has."""
     c = core()
@@ -64,6 +74,13 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
         out.append(("fc_f16_form", c._test_f16_form, f16,
                     [("flash f16 B=1 H=8 S=1024 D=64", _flash(np.float16, 1024, 64)),
                      ("backward f16 B=1 H=8 S=512 D=64", _backward(np.float16, 512, 64))]))
+    # the emulated tile form exists for the tests, not as a candidate
+    scores = [f for f in c._test_bf16_score_forms() if f != "amx-emulated"]
+    if len(scores) > 1:
+        out.append(("fc_bf16_scores_form", c._test_bf16_score_form, scores,
+                    [("flash mixed bf16 B=1 H=8 S=1024 D=64", _flash_mixed(1024, 64)),
+                     ("flash mixed bf16 B=1 H=8 S=4096 D=128", _flash_mixed(4096, 128)),
+                     ("backward mixed bf16 B=1 H=8 S=1024 D=64", _backward_mixed(1024, 64))]))
     return out
 
 
