@@ -141,6 +141,72 @@ def test_the_emulated_tile_form_takes_the_tiles():
             assert _bits(c._test_qk_dpbf16(q, k)) == _bits(_tiles_model(q, k))
 
 
+def _split3(p):
+    """p = p1 + p2 + p3 exactly, each a bf16 value (to nearest even): the tile form's terms of P."""
+    p1 = p.astype(ml_dtypes.bfloat16).astype(np.float32)
+    r = (p - p1).astype(np.float32)
+    p2 = r.astype(ml_dtypes.bfloat16).astype(np.float32)
+    p3 = (r - p2).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(p1.astype(np.float64) + p2 + p3, p.astype(np.float64))
+    return p1, p2, p3
+
+
+def _pv_tiles_model(p, v, o):
+    """The tile form of O += P V: rows in whole 16-row tiles, keys in whole 32-key blocks, columns
+    in whole 16-column tiles take, per 32 keys, P's three bf16 terms in turn, key by key (each
+    product exact, each addition rounded to float32); the float32 loops (the form beside vdpbf16ps
+    scores: fc_pv_contig_f32, whose order test_kernels_forward pins) add the last keys to those
+    sums and compute every other element whole."""
+    c = core()
+    rows, keys, d = p.shape[0], p.shape[1], v.shape[1]
+    rt, kt, ct = (rows + 3) // 4 * 4 // 16 * 16, keys // 32 * 32, d // 16 * 16
+    c._test_bf16_score_form("vdpbf16ps")
+    out = c._test_pv_bf16v(p, v, o)
+    if rt and kt and ct:
+        acc = o[:rt, :ct].copy()
+        terms = _split3(p[:rt, :kt])
+        for j0 in range(0, kt, 32):
+            for t in terms:
+                acc = _pairs_sum(acc, t, v[:, :ct].T, range(j0, j0 + 32))
+        if kt < keys:
+            acc = c._test_pv_bf16v(np.ascontiguousarray(p[:rt, kt:]), np.ascontiguousarray(v[kt:, :ct]), acc)
+        out[:rt, :ct] = acc
+    return out
+
+
+@pytest.mark.parametrize("rows,keys,d", [(64, 128, 64), (64, 128, 128), (20, 100, 40), (48, 96, 200), (5, 40, 7),
+                                         (33, 64, 33), (64, 127, 136), (16, 32, 16)])
+def test_pv_of_each_form(rows, keys, d):
+    """The mixed bf16 flash's O += P V beside each score form: the float32 loops beside
+    vdpbf16ps, the tiles (P split into three exact bf16 terms) beside tile scores; each within the
+    float32 error bound of the sum, the emulated tiles bit for bit as their model."""
+    c = core()
+    rng = np.random.default_rng(rows + keys + d)
+    p = rng.random((rows, keys)).astype(np.float32)
+    v = _bf16_values((keys, d), keys + d)
+    o = rng.standard_normal((rows, d)).astype(np.float32)
+    if not c._TEST_HAVE_DPBF16:  # the flash's float32 loops: no forms
+        assert c._test_bf16_score_forms() == []
+        return
+    exact = o.astype(np.float64) + p.astype(np.float64) @ v.astype(np.float64)
+    # the tiles add three terms per key: at most 3 * keys + 1 roundings of sums below this
+    bound = (3 * keys + 1) * 2.0**-24 * (np.abs(o).astype(np.float64) + p.astype(np.float64) @ np.abs(v).astype(np.float64))
+    model = _pv_tiles_model(p, v, o)
+    c._test_amx_emulation_faults()
+    for form in _each_form():
+        got = c._test_pv_bf16v(p, v, o)
+        assert np.all(np.abs(got - exact) <= bound), form
+        if form == "amx-emulated":
+            assert _bits(got) == _bits(model)
+            assert c._test_amx_emulation_faults() == 0
+            if rows >= 16 and keys >= 32 and d >= 16:  # the tiles ran: their order is not the loops'
+                c._test_bf16_score_form("vdpbf16ps")
+                assert _bits(got) != _bits(c._test_pv_bf16v(p, v, o))
+                c._test_bf16_score_form("amx-emulated")
+        elif form == "amx":
+            assert _bits(got) == _bits(c._test_pv_bf16v(p, v, o))
+
+
 # (b, hq, hkv, sq, sk, d, params, alibi): whole and ragged score tiles, odd D, a pair tail, GQA
 MIXED = [
     (1, 2, 2, 64, 64, 64, {}, False),

@@ -185,7 +185,8 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
                      real_t* out, tuple dims, dict params, int nthreads, bint naive,
                      bint bf16_pairs=False):
-    """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps."""
+    """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
+    fc_amx.h)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D

@@ -48,7 +48,8 @@ cdef object drive_attention_flash_half(RoundNone tag, const float* q, const floa
                                        const float* slopes, float* out, tuple dims,
                                        dict params, int nthreads, int is_f16):
     """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
-    level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16);
+    level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16),
+    or AMX tile sums where the CPU has AMX-BF16, P V then on the tiles too (fc_pv_bf16v);
     otherwise, and for f16, the float32 loops."""
     _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False, bool(FC_HAVE_DPBF16) and not is_f16)
 

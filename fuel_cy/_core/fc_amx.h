@@ -98,6 +98,98 @@ static void NAME(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint3
     if (rows_t < nrows4) fc_qk_dpbf16_part(Qp, rows_t, nrows4, D2, 0, Kp, S, lds, 0, ncols, 0);  \
 }
 
+/* O += P V on the tiles, for float32 P and bf16-valued V (float32 rows: vrows[j] is key j's row):
+ * P is split exactly into three bf16 terms, p = p1 + p2 + p3 (p1 = bf16(p), p2 = bf16(p - p1),
+ * p3 = p - p1 - p2: each difference is exact, and the 24 bits of p fit in three 8-bit terms), so
+ * every product of a term with V is exact and the sums are float32 sums, as for the scores.  Per
+ * 32 keys (16 pairs), the three terms in turn.  Rows in whole 16-row tiles (at most
+ * FC_AMX_PV_ROWS), keys in whole 32-key blocks and columns in whole 16-column tiles go to the tiles,
+ * in column chunks of FC_AMX_PV_COLS; the rest to the float32 loops (fc_pv_contig_f32), whose sums
+ * are the float32 kernel's. */
+#define FC_AMX_PV_ROWS 64
+#define FC_AMX_PV_COLS 64
+/* 32 floats of P -> 16 bf16 pairs of each of its three terms (pairs: key 2k low, 2k + 1 high) */
+static inline void fc_split3_bf16(const float* p, uint32_t* t1, uint32_t* t2, uint32_t* t3) {
+    __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+    uint32_t* out[3] = {t1, t2, t3};
+    for (int t = 0; t < 3; t++) {
+        __m512bh h = _mm512_cvtne2ps_pbh(b, a);   /* a's 16 in the low half */
+        _mm512_storeu_si512(out[t], (__m512i)h);
+        a = _mm512_sub_ps(a, _mm512_cvtpbh_ps((__m256bh)_mm512_castsi512_si256((__m512i)h)));
+        b = _mm512_sub_ps(b, _mm512_cvtpbh_ps((__m256bh)_mm512_extracti64x4_epi64((__m512i)h, 1)));
+    }
+}
+/* keys 2k and 2k + 1 of columns [d0, d0 + 16) as 16 bf16 pairs (bf16-valued floats: the top halves) */
+static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32_t* out) {
+    __m512i e = _mm512_loadu_si512(even), o = _mm512_loadu_si512(odd);
+    _mm512_storeu_si512(out, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
+}
+#define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
+static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
+                 ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {     \
+    ptrdiff_t rows_t = nrows4 / 16 * 16, keys_t = ncols / 32 * 32, cols_t = D / 16 * 16;        \
+    if (!rows_t || !keys_t || !cols_t || rows_t > FC_AMX_PV_ROWS || ncols > FC_BC) {             \
+        fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);                       \
+        return;                                                                                  \
+    }                                                                                            \
+    ptrdiff_t kp_n = keys_t / 2;                       /* key pairs */                          \
+    uint32_t terms[3][FC_AMX_PV_ROWS * FC_BC / 2];     /* [term][row][pair] */                  \
+    uint32_t vp[FC_BC / 2 * FC_AMX_PV_COLS];           /* [pair][column of the chunk] */        \
+    for (ptrdiff_t r = 0; r < rows_t; r++)                                                       \
+        for (ptrdiff_t j = 0; j < keys_t; j += 32)                                               \
+            fc_split3_bf16(P + r * ldp + j, terms[0] + r * kp_n + j / 2, terms[1] + r * kp_n + j / 2, \
+                           terms[2] + r * kp_n + j / 2);                                         \
+    long sa = (long)(kp_n * 4), so = (long)(ldo * 4);                                            \
+    for (ptrdiff_t c0 = 0; c0 < cols_t; c0 += FC_AMX_PV_COLS) {                                  \
+        ptrdiff_t w = cols_t - c0 < FC_AMX_PV_COLS ? cols_t - c0 : FC_AMX_PV_COLS;              \
+        for (ptrdiff_t k = 0; k < kp_n; k++)                                                     \
+            for (ptrdiff_t d = 0; d < w; d += 16)                                                \
+                fc_pair_keys_bf16(vrows[2 * k] + c0 + d, vrows[2 * k + 1] + c0 + d, vp + k * w + d); \
+        long sv = (long)(w * 4);                                                                 \
+        CFG(&fc_amx_config);                                                                     \
+        for (ptrdiff_t i = 0; i < rows_t; i += 32) {                                             \
+            int two = i + 32 <= rows_t;                                                          \
+            for (ptrdiff_t d = 0; d < w; d += 32) {                                              \
+                int twoc = d + 32 <= w;                                                          \
+                float* o = O + i * ldo + c0 + d;                                                 \
+                LOAD(0, o, so);                                                                  \
+                if (twoc) LOAD(1, o + 16, so);                                                   \
+                if (two) LOAD(2, o + 16 * ldo, so);                                              \
+                if (two && twoc) LOAD(3, o + 16 * ldo + 16, so);                                 \
+                for (ptrdiff_t k = 0; k < kp_n; k += 16) {                                       \
+                    LOAD(6, vp + k * w + d, sv);                                                 \
+                    if (twoc) LOAD(7, vp + k * w + d + 16, sv);                                  \
+                    for (int t = 0; t < 3; t++) {                                                \
+                        LOAD(4, terms[t] + i * kp_n + k, sa);                                    \
+                        DP(0, 4, 6);                                                             \
+                        if (twoc) DP(1, 4, 7);                                                   \
+                        if (two) {                                                               \
+                            LOAD(5, terms[t] + (i + 16) * kp_n + k, sa);                         \
+                            DP(2, 5, 6);                                                         \
+                            if (twoc) DP(3, 5, 7);                                               \
+                        }                                                                        \
+                    }                                                                            \
+                }                                                                                \
+                STORE(0, o, so);                                                                 \
+                if (twoc) STORE(1, o + 16, so);                                                  \
+                if (two) STORE(2, o + 16 * ldo, so);                                             \
+                if (two && twoc) STORE(3, o + 16 * ldo + 16, so);                                \
+            }                                                                                    \
+        }                                                                                        \
+        RELEASE();                                                                               \
+    }                                                                                            \
+    if (keys_t < ncols)                                                                          \
+        fc_pv_contig_f32(P + keys_t, ldp, rows_t, ncols - keys_t, V + keys_t * ldv, ldv, vrows + keys_t, \
+                         cols_t, O, ldo);                                                        \
+    if (cols_t < D) {                                                                            \
+        float* vr[FC_BC];                                                                        \
+        for (ptrdiff_t j = 0; j < ncols; j++) vr[j] = vrows[j] + cols_t;                         \
+        fc_pv_contig_f32(P, ldp, rows_t, ncols, V + cols_t, ldv, vr, D - cols_t, O + cols_t, ldo); \
+    }                                                                                            \
+    if (rows_t < nrows4)                                                                         \
+        fc_pv_contig_f32(P + rows_t * ldp, ldp, nrows4 - rows_t, ncols, V, ldv, vrows, D, O + rows_t * ldo, ldo); \
+}
+
 /* ---- the emulated tile instructions ---------------------------------------------------------- */
 typedef struct {
     uint32_t t[8][16][16];
@@ -185,6 +277,8 @@ static inline void fc_amx_emu_release(void) {
 #define FC_AMX_EMU_RELEASE() fc_amx_emu_release()
 FC_DEFINE_QK_AMX(fc_qk_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
                  FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
+FC_DEFINE_PV_AMX(fc_pv_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
+                 FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
 
 /* ---- the tile instructions themselves (AT&T operand order: sources first) --------------------- */
 #if FC_HAVE_AMX
@@ -197,6 +291,7 @@ FC_DEFINE_QK_AMX(fc_qk_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU
 #define FC_AMX_DP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 #define FC_AMX_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
 FC_DEFINE_QK_AMX(fc_qk_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
+FC_DEFINE_PV_AMX(fc_pv_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
 #endif
 #endif   /* FC_HAVE_DPBF16 */
 
@@ -217,6 +312,25 @@ static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t 
     }
 #endif
     fc_qk_dpbf16_vec(Qp, nrows4, D2, Kp, S, lds, ncols);
+}
+
+/* O += P V of the mixed bf16 flash (V's rows hold bf16 values), in the form this CPU takes: the
+ * float32 loops (the float32 kernel's sums) beside vdpbf16ps scores, the tiles beside tile scores. */
+static inline void fc_pv_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,
+                               ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+#if FC_HAVE_DPBF16
+#if FC_HAVE_AMX
+    if (fc_bf16_scores_form == FC_SCORES_AMX) {
+        fc_pv_amx(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+        return;
+    }
+#endif
+    if (fc_bf16_scores_form == FC_SCORES_AMX_EMULATED) {
+        fc_pv_amx_emulated(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+        return;
+    }
+#endif
+    fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
 }
 
 #endif

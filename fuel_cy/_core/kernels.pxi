@@ -207,7 +207,11 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             zero(S + r * BC, nc)
         for jj in range(nc):
             rows[jj] = vbase + (j0 + jj) * D
-        pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
+        if kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
+            if rnd_t is RoundNone and real_t is float:
+                fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
+        else:
+            pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
     for r in range(nr):
         orow = out + ((b * sh.Hq + h) * Sq + i0 + r) * D
         li = l[r]

@@ -53,6 +53,9 @@ cdef extern from "fc_simd.h" nogil:
     int fc_bwd_rows   # query rows per backward step (at most BR_BWD)
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
+    # fc_amx.h: O += P V beside the bf16 scores (float32 loops, or tiles where the scores take them)
+    void fc_pv_bf16v(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
+                     Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
 
     # fc_half.h: bf16/f16 storage <-> float32
     void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)

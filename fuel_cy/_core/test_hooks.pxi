@@ -269,6 +269,31 @@ def _test_qk_dpbf16(float[:, ::1] q, float[:, ::1] k):
     return s[:nr, :n].copy()
 
 
+def _test_pv_bf16v(float[:, ::1] p, float[:, ::1] v, float[:, ::1] o):
+    """Testing hook: fc_pv_bf16v's O + P V (the mixed bf16 flash's P V, in the form the scores take)
+    for p [rows, keys <= 128], bf16-valued v [keys, D] and o [rows, D]; rows padded to a multiple
+    of 4 with zero rows, as the flash tiles are."""
+    cdef Py_ssize_t nr = p.shape[0], n = p.shape[1], D = v.shape[1], j
+    cdef Py_ssize_t nr4 = (nr + NR - 1) // NR * NR
+    if n > BC or v.shape[0] != n or o.shape[0] != nr or o.shape[1] != D:
+        raise ValueError("p [rows, keys <= 128], v [keys, D], o [rows, D]")
+    ppad = _np.zeros((max(nr4, 1), max(n, 1)), dtype=_np.float32)
+    ppad[:nr, :n] = p
+    opad = _np.zeros((max(nr4, 1), max(D, 1)), dtype=_np.float32)
+    opad[:nr, :D] = o
+    vpad = _np.zeros((max(n, 1), max(D, 1)), dtype=_np.float32)
+    vpad[:n, :D] = v
+    cdef float[:, ::1] pv = ppad
+    cdef float[:, ::1] ov = opad
+    cdef float[:, ::1] vv = vpad
+    cdef float* rows[BC]
+    for j in range(n):
+        rows[j] = &vv[j, 0]
+    if nr and n and D:
+        fc_pv_bf16v(&pv[0, 0], pv.shape[1], nr4, n, &vv[0, 0], vv.shape[1], rows, D, &ov[0, 0], ov.shape[1])
+    return opad[:nr, :D].copy()
+
+
 cdef extern from "fc_isa.h" nogil:
     enum: FC_W32             # float lanes per vector at this level
 
