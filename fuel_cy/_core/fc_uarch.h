@@ -42,12 +42,21 @@ static int fc_bwd_rows = 64;
  * at D=128).  Other CPUs keep one until measured. */
 static int fc_tn_blocks = 1;   /* 1 or 2 */
 
+/* Whether the compiler is at least gcc G or clang C: new instructions written as inline assembly
+ * need an assembler that knows them, which comes with compilers of about that age. */
+#if defined(__clang__)
+#define FC_CC_AT_LEAST(G, C) (__clang_major__ >= (C))
+#elif defined(__GNUC__)
+#define FC_CC_AT_LEAST(G, C) (__GNUC__ >= (G))
+#else
+#define FC_CC_AT_LEAST(G, C) 0
+#endif
+
 /* Which form the f16 math-in-T GEMMs take (fc_gemm_f16.h): binary16 arithmetic where the CPU has
  * AVX512-FP16 (the same bits as the conversions, in a fraction of the instructions), the F16C
  * conversions everywhere else.  The native form needs an AVX-512 level and a compiler whose
  * assembler knows vmulph (GCC 12, clang 14); the emulated native form is for the tests. */
-#if FC_VBYTES == 64 && defined(__x86_64__) && defined(__F16C__) && \
-    ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12))
+#if FC_VBYTES == 64 && defined(__x86_64__) && defined(__F16C__) && FC_CC_AT_LEAST(12, 14)
 #define FC_HAVE_F16_NATIVE 1
 #else
 #define FC_HAVE_F16_NATIVE 0
@@ -56,15 +65,15 @@ enum { FC_F16_FORM_CONVERT = 0, FC_F16_FORM_NATIVE = 1, FC_F16_FORM_NATIVE_EMULA
 static int fc_f16_form = FC_F16_FORM_CONVERT;
 static int fc_cpu_has_f16_native = 0;   /* AVX512-FP16 present and usable by this build */
 
-/* Which form the bf16 scores of the float32-compute kernels take (fc_qk_dpbf16, fc_amx.h):
- * vdpbf16ps on zmm registers, or AMX-BF16 tiles (Intel Sapphire Rapids and later) where the CPU
- * has them, the compiler's assembler knows them, and Linux grants this process the tile state
+/* Which form the bf16 scores of the float32-compute kernels and the mixed flash's P V take
+ * (fc_qk_dpbf16, fc_pv_bf16v: fc_amx.h): vdpbf16ps and the float32 loops, or AMX-BF16 tiles
+ * (Intel Sapphire Rapids and later) where the CPU has them, the compiler's assembler knows them,
+ * and Linux grants this process the tile state
  * (arch_prctl ARCH_REQ_XCOMP_PERM: without it the first tile instruction raises SIGILL); the
  * emulated tile form is for the tests.  AMX does 16 x 16 x 32 products per instruction where
  * vdpbf16ps does 16 x 2, and it is what torch's bf16 SDPA runs on such CPUs.  Not yet timed on one:
  * benchmarks/forms.py has the row that settles it there. */
-#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__x86_64__) && defined(__linux__) && \
-    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__x86_64__) && defined(__linux__) && FC_CC_AT_LEAST(11, 12)
 #define FC_HAVE_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
