@@ -21,14 +21,19 @@ def position_admissible(qi, kj, causal, left, right, k_len):
     return ok
 
 
-def _head_probs(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos=None):
+def _head_scores(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos=None):
+    """(scores after softcap and ALiBi, which of them are admissible, scores before softcap)"""
     s_pre = (qh @ kh.T) * scale
     s = np.tanh(s_pre / softcap) * softcap if softcap is not None else s_pre.copy()
     qi = (np.arange(qh.shape[0]) if qpos is None else qpos)[:, None]
     kj = np.arange(kh.shape[0])[None, :]
     if slope is not None:
         s = s + slope * (kj - qi)
-    ok = position_admissible(qi, kj, causal, left, right, k_len)
+    return s, position_admissible(qi, kj, causal, left, right, k_len), s_pre
+
+
+def _head_probs(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos=None):
+    s, ok, s_pre = _head_scores(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos)
     p = np.zeros_like(s)
     for i in range(s.shape[0]):
         row = s[i][ok[i]]
@@ -52,6 +57,24 @@ def forward(q, k, v, alibi=None, scale=None, causal=False, left=None, right=None
             p, _ = _head_probs(q[b, h], k[b, h // group], scale, causal, left, right, softcap, k_len, slope)
             out[b, h] = p @ v[b, h // group]
     return out
+
+
+def largest_row_max(q, k, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None, k_len=None):
+    """max over rows of |the row's largest admissible score| (0 with no admissible score)."""
+    q, k = (np.asarray(x, np.float64) for x in (q, k))
+    group = q.shape[1] // max(k.shape[1], 1)
+    scale = float(np.float32(1 / np.sqrt(q.shape[3]))) if scale is None else float(np.float32(scale))
+    softcap = None if softcap is None else float(np.float32(softcap))
+    top = 0.0
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            slope = None if alibi is None else float(alibi[h])
+            s, ok, _ = _head_scores(q[b, h], k[b, h // group], scale, causal, left, right, softcap, k_len, slope)
+            masked = np.where(ok, s, -np.inf).max(axis=1, initial=-np.inf)
+            finite = masked[np.isfinite(masked)]
+            if finite.size:
+                top = max(top, float(np.abs(finite).max()))
+    return top
 
 
 def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None):

@@ -17,7 +17,7 @@ import fuel_cy
 from fuel_cy.codegen.files import FileManager
 from fuel_cy.contract import ContractError, parse_document
 from fuel_cy.runtime._validation import NUMPY_DTYPES
-from measures import bound
+from measures import bound, large_score_allowance
 from measures import rel as relative_error
 
 import reference_impl as ref
@@ -120,9 +120,17 @@ def test_fuzz_across_tiles_matches_reference_in_every_dtype(problem):
     dtype = NUMPY_DTYPES[code]
     q, k, v, slopes = attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed)
     out = fuel_cy.attention_flash(q, k, v, slopes, **params)
-    expected = ref.forward(q, k, v, slopes, None, params.get("causal", False), params.get("window_size_left"),
-                           params.get("window_size_right"), params.get("softcap"), params.get("k_len"))
-    assert relative_error(out, expected) <= bound(code, d, sk)
+    mask = (params.get("causal", False), params.get("window_size_left"), params.get("window_size_right"),
+            params.get("softcap"), params.get("k_len"))
+    expected = ref.forward(q, k, v, slopes, None, *mask)
+    if code in ("BF16", "F16"):  # rounded scores: large ones (long ALiBi distances) cost accuracy too
+        err = float(np.max(np.abs(np.asarray(out, np.float64) - expected), initial=0.0))
+        allowed = max(bound(code, d, sk) * float(np.max(np.abs(expected), initial=0.0)),
+                      large_score_allowance(code, ref.largest_row_max(q, k, slopes, None, *mask),
+                                            float(np.max(np.abs(np.asarray(v, np.float64)), initial=0.0))))
+        assert err <= allowed
+    else:
+        assert relative_error(out, expected) <= bound(code, d, sk)
     if code in ("BF16", "F16"):  # pinned: every step rounded to T in the documented order
         emu = emulation.flash(code, q, k, v, slopes, float(np.float32(1 / np.sqrt(d))), params.get("causal", False),
                               params.get("window_size_left"), params.get("window_size_right"),
