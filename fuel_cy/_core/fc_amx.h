@@ -1,5 +1,6 @@
 /* The bf16 scores S = Q K^T of the float32-compute kernels (fc_qk_dpbf16: the mixed flash and
- * backward, S and dP) in one of three forms (fc_uarch.h fc_bf16_scores_form picks one at load):
+ * backward, S and dP), and the mixed flash's O += P V beside them (fc_pv_bf16v, below), in one of
+ * three forms (fc_uarch.h fc_bf16_scores_form picks one at load):
  *
  *   vdpbf16ps     every score from vdpbf16ps on zmm registers (fc_gemm.h fc_qk_dpbf16_vec).
  *   amx           AMX-BF16 tiles (Intel Sapphire Rapids and later): 32 x 32 blocks of S on four
