@@ -296,42 +296,33 @@ FC_DEFINE_PV_AMX(fc_pv_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, 
 #endif
 #endif   /* FC_HAVE_DPBF16 */
 
+/* Runs the tile form of a product (AMX or EMULATED, with ARGS) where the CPU takes it, else VEC:
+ * the scores and P V switch together. */
+#if FC_HAVE_DPBF16 && FC_HAVE_AMX
+#define FC_BY_SCORES_FORM(AMX, EMULATED, VEC, ARGS)                                             \
+    if (fc_bf16_scores_form == FC_SCORES_AMX) AMX ARGS;                                          \
+    else if (fc_bf16_scores_form == FC_SCORES_AMX_EMULATED) EMULATED ARGS;                       \
+    else VEC ARGS
+#elif FC_HAVE_DPBF16
+#define FC_BY_SCORES_FORM(AMX, EMULATED, VEC, ARGS)                                             \
+    if (fc_bf16_scores_form == FC_SCORES_AMX_EMULATED) EMULATED ARGS;                            \
+    else VEC ARGS
+#else
+#define FC_BY_SCORES_FORM(AMX, EMULATED, VEC, ARGS) VEC ARGS
+#endif
+
 /* S = Q K^T for bf16 pairs Qp [nrows4][D2] and Kp [D2][FC_BC] (fc_gemm.h), in the form this CPU
  * takes.  Never called at a level without AVX512-BF16 (the kernels take the float32 loops there). */
 static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
                                 float* S, ptrdiff_t lds, ptrdiff_t ncols) {
-#if FC_HAVE_DPBF16
-#if FC_HAVE_AMX
-    if (fc_bf16_scores_form == FC_SCORES_AMX) {
-        fc_qk_amx(Qp, nrows4, D2, Kp, S, lds, ncols);
-        return;
-    }
-#endif
-    if (fc_bf16_scores_form == FC_SCORES_AMX_EMULATED) {
-        fc_qk_amx_emulated(Qp, nrows4, D2, Kp, S, lds, ncols);
-        return;
-    }
-#endif
-    fc_qk_dpbf16_vec(Qp, nrows4, D2, Kp, S, lds, ncols);
+    FC_BY_SCORES_FORM(fc_qk_amx, fc_qk_amx_emulated, fc_qk_dpbf16_vec, (Qp, nrows4, D2, Kp, S, lds, ncols));
 }
 
 /* O += P V of the mixed bf16 flash (V's rows hold bf16 values), in the form this CPU takes: the
  * float32 loops (the float32 kernel's sums) beside vdpbf16ps scores, the tiles beside tile scores. */
 static inline void fc_pv_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,
                                ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
-#if FC_HAVE_DPBF16
-#if FC_HAVE_AMX
-    if (fc_bf16_scores_form == FC_SCORES_AMX) {
-        fc_pv_amx(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
-        return;
-    }
-#endif
-    if (fc_bf16_scores_form == FC_SCORES_AMX_EMULATED) {
-        fc_pv_amx_emulated(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
-        return;
-    }
-#endif
-    fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+    FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_contig_f32, (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo));
 }
 
 #endif

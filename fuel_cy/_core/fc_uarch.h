@@ -82,8 +82,8 @@ static int fc_cpu_has_f16_native = 0;   /* AVX512-FP16 present and usable by thi
 #endif
 enum { FC_SCORES_VDPBF16PS = 0, FC_SCORES_AMX = 1, FC_SCORES_AMX_EMULATED = 2 };
 static int fc_bf16_scores_form = FC_SCORES_VDPBF16PS;
-static int fc_cpu_has_amx = 0;   /* AMX-TILE and AMX-BF16 present, XCR0 enables them, permission granted */
-/* 0: no AMX-BF16 here (CPU, OS or this build); 1: Linux granted the tile state; 2: it refused */
+/* 0: no AMX-BF16 here (CPU, XCR0 or this build); 1: Linux granted the tile state, the tiles may
+ * run; 2: it refused */
 static int fc_amx_state = 0;
 
 /* Asks Linux for the AMX tile data state (ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18):
@@ -112,7 +112,6 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
     if (FC_HAVE_AMX && have[FC_F_AMX_TILE] && have[FC_F_AMX_BF16]) fc_amx_state = fc_amx_permitted() ? 1 : 2;
-    fc_cpu_has_amx = fc_amx_state == 1;
-    fc_bf16_scores_form = fc_cpu_has_amx ? FC_SCORES_AMX : FC_SCORES_VDPBF16PS;
+    fc_bf16_scores_form = fc_amx_state == 1 ? FC_SCORES_AMX : FC_SCORES_VDPBF16PS;
 }
 #endif

@@ -69,7 +69,6 @@ cdef extern from "fc_uarch.h" nogil:
         FC_SCORES_VDPBF16PS
         FC_SCORES_AMX
         FC_SCORES_AMX_EMULATED
-    int fc_cpu_has_amx
     int fc_amx_state
 
 cdef extern from "fc_amx.h" nogil:
@@ -169,7 +168,7 @@ def _test_bf16_score_forms():
     granted the tile state; empty elsewhere (the kernels take the float32 loops there)."""
     if not FC_HAVE_DPBF16:
         return []
-    return ["vdpbf16ps", "amx-emulated"] + (["amx"] if FC_HAVE_AMX and fc_cpu_has_amx else [])
+    return ["vdpbf16ps", "amx-emulated"] + (["amx"] if fc_amx_state == 1 else [])
 
 
 def _test_bf16_score_form(form=None):
