@@ -21,6 +21,13 @@ def position_admissible(qi, kj, causal, left, right, k_len):
     return ok
 
 
+def _params(d, scale, softcap):
+    """The contract's default scale 1/sqrt(D), and scale and softcap as the float32 values a kernel
+    receives."""
+    scale = float(np.float32(1 / np.sqrt(d))) if scale is None else float(np.float32(scale))
+    return scale, None if softcap is None else float(np.float32(softcap))
+
+
 def _head_scores(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos=None):
     """(scores after softcap and ALiBi, which of them are admissible, scores before softcap)"""
     s_pre = (qh @ kh.T) * scale
@@ -48,8 +55,7 @@ def forward(q, k, v, alibi=None, scale=None, causal=False, left=None, right=None
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     b_, hq, sq, d = q.shape
     group = hq // k.shape[1]
-    scale = float(np.float32(1 / np.sqrt(d))) if scale is None else float(np.float32(scale))
-    softcap = None if softcap is None else float(np.float32(softcap))
+    scale, softcap = _params(d, scale, softcap)
     out = np.zeros_like(q)
     for b in range(b_):
         for h in range(hq):
@@ -63,8 +69,7 @@ def largest_row_max(q, k, alibi=None, scale=None, causal=False, left=None, right
     """max over rows of |the row's largest admissible score| (0 with no admissible score)."""
     q, k = (np.asarray(x, np.float64) for x in (q, k))
     group = q.shape[1] // max(k.shape[1], 1)
-    scale = float(np.float32(1 / np.sqrt(q.shape[3]))) if scale is None else float(np.float32(scale))
-    softcap = None if softcap is None else float(np.float32(softcap))
+    scale, softcap = _params(q.shape[3], scale, softcap)
     top = 0.0
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
@@ -81,8 +86,7 @@ def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right
     q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, do))
     b_, hq, sq, d = q.shape
     group = hq // k.shape[1]
-    scale = float(np.float32(1 / np.sqrt(d))) if scale is None else float(np.float32(scale))
-    softcap = None if softcap is None else float(np.float32(softcap))
+    scale, softcap = _params(d, scale, softcap)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     for b in range(b_):
         for h in range(hq):
@@ -106,8 +110,7 @@ def paged(q, k_cache, v_cache, table, lens, alibi=None, scale=None, softcap=None
     b_, hq, sq, d = q.shape
     bs = k_cache.shape[1]
     group = hq // k_cache.shape[2]
-    scale = float(np.float32(1 / np.sqrt(d))) if scale is None else float(np.float32(scale))
-    softcap = None if softcap is None else float(np.float32(softcap))
+    scale, softcap = _params(d, scale, softcap)
     out = np.zeros_like(q)
     for b in range(b_):
         n = int(lens[b])
