@@ -207,6 +207,95 @@ def test_pv_of_each_form(rows, keys, d):
             assert _bits(got) == _bits(c._test_pv_bf16v(p, v, o))
 
 
+def _tn_tiles_model(p, x, ct):
+    """The tile form of Ct += X^T P (the mixed backward's dV and dK, accumulators transposed):
+    query rows in whole 32-row blocks (at most 64), columns d in whole 16-column tiles and keys in
+    whole 16-key tiles take, per 32 rows, P's three bf16 terms in turn, row by row (each product
+    exact, each addition rounded to float32); the float32 loop (the form beside vdpbf16ps scores)
+    adds the last rows to those sums and computes every other element whole."""
+    c = core()
+    rows, keys, d = p.shape[0], p.shape[1], x.shape[1]
+    rt, kt, dt = min(rows // 32 * 32, 64), keys // 16 * 16, d // 16 * 16
+    c._test_bf16_score_form("vdpbf16ps")
+    out = c._test_tn_bf16t(p, x, ct)
+    if rt and kt and dt:
+        acc = ct[:dt, :kt].copy()
+        terms = _split3(p[:rt, :kt])
+        for r0 in range(0, rt, 32):
+            for t in terms:
+                acc = _pairs_sum(acc, x[:rt, :dt].T, t.T, range(r0, r0 + 32))
+        if rt < rows:
+            acc = c._test_tn_bf16t(np.ascontiguousarray(p[rt:, :kt]), np.ascontiguousarray(x[rt:, :dt]), acc)
+        out[:dt, :kt] = acc
+    return out
+
+
+@pytest.mark.parametrize("rows,keys,d", [(32, 128, 64), (64, 128, 128), (64, 100, 40), (50, 77, 33), (5, 40, 7),
+                                         (96, 48, 48), (31, 64, 64), (64, 16, 16), (40, 256, 136)])
+def test_backward_products_of_each_form(rows, keys, d):
+    """The mixed bf16 backward's dV += P^T dO and dK += dS^T Q into accumulators held transposed,
+    as the tile form runs them: each form within the float32 error bound of the sum, the emulated
+    tiles bit for bit as their model (P, of either sign, split into three exact bf16 terms)."""
+    c = core()
+    rng = np.random.default_rng(rows * keys + d)
+    p = rng.standard_normal((rows, keys)).astype(np.float32)
+    x = _bf16_values((rows, d), rows + 3 * d)
+    ct = rng.standard_normal((d, keys)).astype(np.float32)
+    if not c._TEST_HAVE_DPBF16:  # the backward's float32 loops: no forms
+        assert c._test_bf16_score_forms() == []
+        return
+    exact = ct.astype(np.float64) + x.T.astype(np.float64) @ p.astype(np.float64)
+    # three terms per row: at most 3 * rows + 1 roundings of sums below this
+    bound = (3 * rows + 1) * 2.0**-24 * (np.abs(ct).astype(np.float64) + np.abs(x.T).astype(np.float64) @ np.abs(p).astype(np.float64))
+    model = _tn_tiles_model(p, x, ct)
+    c._test_amx_emulation_faults()
+    for form in _each_form():
+        got = c._test_tn_bf16t(p, x, ct)
+        assert np.all(np.abs(got - exact) <= bound), form
+        if form == "amx-emulated":
+            assert _bits(got) == _bits(model)
+            assert c._test_amx_emulation_faults() == 0
+            if rows >= 32 and keys >= 16 and d >= 16:  # the tiles ran: their order is not the loop's
+                c._test_bf16_score_form("vdpbf16ps")
+                assert _bits(got) != _bits(c._test_tn_bf16t(p, x, ct))
+                c._test_bf16_score_form("amx-emulated")
+        elif form == "amx":
+            assert _bits(got) == _bits(c._test_tn_bf16t(p, x, ct))
+
+
+@pytest.mark.parametrize("rows_per_step", [32, 64])
+def test_mixed_backward_products_take_the_tiles(rows_per_step):
+    """In the tile form all three products of the mixed bf16 backward run on the tiles: at D=16 (8
+    pairs, below one 16-pair chunk) the scores stay on vdpbf16ps, and with every dimension a whole
+    number of tiles the emulated form runs exactly one tdpbf16ps per 16 x 16 x 32 block of
+    dQ = dS K, dV = P^T dO and dK = dS^T Q per bf16 term of P and dS (three), whatever the order of
+    the blocks; at both step heights the CPUs use (AMD 32 rows, Intel 64), each form within the
+    contract's accuracy."""
+    c = core()
+    if not c._TEST_HAVE_DPBF16:
+        assert c._test_bf16_score_forms() == []
+        return
+    b, hq, sq, sk, d = 1, 2, 128, 96, 16
+    q, k, v, do, _ = attention_inputs(b, hq, 1, sq, sk, d, ml_dtypes.bfloat16, False, seed=7, with_do=True)
+    grads = ref.backward(q, k, v, do, None)
+    blocks = (sq // 16) * (d // 16) * (sk // 32) + 2 * (d // 16) * (sk // 16) * (sq // 32)
+    rows = c._test_bwd_rows()
+    try:
+        c._test_bwd_rows(rows_per_step)
+        for form in _each_form():
+            c._test_amx_emulation_dps()
+            got = fuel_cy.attention_flash_backward_mixed(q, k, v, do)
+            for g, want in zip(got, grads):
+                assert _rel(g, want) <= 1e-2, form
+            if form == "amx-emulated":
+                assert c._test_amx_emulation_dps() == 3 * b * hq * blocks
+                assert c._test_amx_emulation_faults() == 0
+            elif form == "vdpbf16ps":
+                assert c._test_amx_emulation_dps() == 0
+    finally:
+        c._test_bwd_rows(rows)
+
+
 # (b, hq, hkv, sq, sk, d, params, alibi): whole and ragged score tiles, odd D, a pair tail, GQA
 MIXED = [
     (1, 2, 2, 64, 64, 64, {}, False),
@@ -216,11 +305,23 @@ MIXED = [
 ]
 
 
+@pytest.mark.parametrize("rows_per_step", [32, 64])
 @pytest.mark.parametrize("case", MIXED, ids=["plain", "odd-59 gqa causal", "ragged d111", "window+softcap"])
-def test_mixed_bf16_kernels_under_every_score_form(case):
+def test_mixed_bf16_kernels_under_every_score_form(case, rows_per_step):
     """The mixed flash and backward on bf16 under each score form: the contract's accuracy against
     the float64 reference, within one bf16 ulp of the float32 kernel on the widened inputs (the
-    contract's identity up to the order of the score sums), and the same bits at 1 and 2 threads."""
+    contract's identity up to the order of the score sums), and the same bits at 1 and 2 threads;
+    the backward at both step heights the CPUs use (AMD 32 query rows, Intel 64: with 64, ragged
+    row counts leave the tiles' backward products a float32 tail of rows)."""
+    saved = core()._test_bwd_rows()
+    core()._test_bwd_rows(rows_per_step)
+    try:
+        _check_mixed_bf16_kernels_under_every_score_form(case)
+    finally:
+        core()._test_bwd_rows(saved)
+
+
+def _check_mixed_bf16_kernels_under_every_score_form(case):
     b, hq, hkv, sq, sk, d, params, alibi = case
     q, k, v, do, slopes = attention_inputs(b, hq, hkv, sq, sk, d, ml_dtypes.bfloat16, alibi, seed=5, with_do=True)
     widened = [None if x is None else np.asarray(x, np.float32) for x in (q, k, v, do, slopes)]

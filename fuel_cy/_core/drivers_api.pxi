@@ -92,6 +92,7 @@ cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, c
                                                 float* dq, float* dk, float* dv,
                                                 tuple dims, dict params, int nthreads, int is_f16):
     """The backward on bf16/f16 inputs (widened exactly) under float32 compute: with AVX512-BF16,
-    bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products; the three products with P and dS
-    (float32 values) stay float32 FMAs."""
+    bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products and the three products with P and dS
+    (float32 values) float32 FMAs; where the CPU has AMX-BF16, all five run on the tiles (P and dS
+    split into three exact bf16 terms: fc_amx.h)."""
     _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16)

@@ -1,6 +1,7 @@
 /* The bf16 scores S = Q K^T of the float32-compute kernels (fc_qk_dpbf16: the mixed flash and
- * backward, S and dP), and the mixed flash's O += P V beside them (fc_pv_bf16v, below), in one of
- * three forms (fc_uarch.h fc_bf16_scores_form picks one at load):
+ * backward, S and dP), and the products with P and dS beside them (fc_pv_bf16v: the mixed flash's
+ * O += P V and the backward's dQ = dS K; fc_tn_bf16t: the backward's dV = P^T dO and dK = dS^T Q),
+ * in one of three forms (fc_uarch.h fc_bf16_scores_form picks one at load):
  *
  *   vdpbf16ps     every score from vdpbf16ps on zmm registers (fc_gemm.h fc_qk_dpbf16_vec).
  *   amx           AMX-BF16 tiles (Intel Sapphire Rapids and later): 32 x 32 blocks of S on four
@@ -36,8 +37,34 @@
 #include "fc_uarch.h"    /* fc_bf16_scores_form, FC_HAVE_AMX */
 #include "fc_gemm.h"     /* FC_HAVE_DPBF16, fc_qk_dpbf16_part, fc_qk_dpbf16_vec */
 
-/* what the emulated tile instructions found would have faulted on the hardware, for the tests */
+/* what the emulated tile instructions found would have faulted on the hardware, and how many
+ * tdpbf16ps they ran, for the tests */
 static int fc_amx_emu_faults = 0;
+static long fc_amx_emu_dps = 0;
+
+#define FC_AMX_TN_ROWS 64   /* query rows of one C^T += X^T P on the tiles (fc_tn_bf16t), at most */
+#define FC_AMX_TN_KEYS 64   /* keys per chunk of P's terms */
+/* Ct[d][j] += sum_r X[r][d] P[r][j] over rows [r0, r1), for columns d in [d0, d1) and keys j in
+ * [j0, j1): the float32 part of the tile form of C^T += X^T P below (its edges, and the whole
+ * product where no tile fits), one fused multiply-add per row in row order. */
+static inline void fc_tn_part_f32(const float* P, ptrdiff_t ldp, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t j0,
+                                  ptrdiff_t j1, const float* X, ptrdiff_t ldx, ptrdiff_t d0, ptrdiff_t d1,
+                                  float* Ct, ptrdiff_t ldc) {
+    for (ptrdiff_t d = d0; d < d1; d++)
+        for (ptrdiff_t r = r0; r < r1; r++) {
+            float x = X[r * ldx + d];
+            const float* p = P + r * ldp;
+            float* c = Ct + d * ldc;
+            for (ptrdiff_t j = j0; j < j1; j++) c[j] = __builtin_fmaf(x, p[j], c[j]);
+        }
+}
+/* the float32 form of the whole product (the form beside vdpbf16ps scores, for the tests: the
+ * kernels keep fc_gemm_tn_f32 on an untransposed accumulator there) */
+static inline void fc_tn_f32(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,
+                             ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {
+    (void)xt;
+    fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, 0, D, Ct, ldc);
+}
 
 #if FC_HAVE_DPBF16
 /* ldtilecfg's 64-byte operand (palette 1: eight tiles of at most 16 rows x 64 bytes) */
@@ -191,6 +218,88 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
         fc_pv_contig_f32(P + rows_t * ldp, ldp, nrows4 - rows_t, ncols, V, ldv, vrows, D, O + rows_t * ldo, ldo); \
 }
 
+/* C^T += X^T P for the mixed backward's dV += P^T dO and dK += dS^T Q, with the accumulator held
+ * transposed (Ct[d][j], rows ldc apart): then both tile operands come in the tile layout without
+ * transposing P or dS.  X (dO or Q: bf16-valued float32 rows, ldx apart) pairs query rows 2k and
+ * 2k + 1 per column d (built once per call in xt, at most D * FC_AMX_TN_ROWS / 2 words); P (or dS,
+ * float32 rows ldp apart) is split exactly into three bf16 terms as above, rows 2k and 2k + 1 paired
+ * per key, which is the layout tdpbf16ps takes for its second operand.  Per element the sum runs
+ * over the query rows in blocks of 32, the three terms of each block in turn.  Rows in whole 32-row
+ * blocks (at most FC_AMX_TN_ROWS), columns d in whole 16-column tiles and keys in whole 16-key tiles
+ * (in chunks of FC_AMX_TN_KEYS) go to the tiles; the rest to fc_tn_part_f32, which adds the last
+ * rows to the tiles' sums and computes the other elements whole. */
+/* 16 keys of rows a and b (rows 2k and 2k + 1) -> 16 bf16 pairs of each of their three terms */
+static inline void fc_split3_pair_bf16(const float* a, const float* b, uint32_t* t1, uint32_t* t2, uint32_t* t3) {
+    __m512 x = _mm512_loadu_ps(a), y = _mm512_loadu_ps(b);
+    uint32_t* out[3] = {t1, t2, t3};
+    for (int t = 0; t < 3; t++) {
+        __m512 hx = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(x)), hy = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(y));
+        _mm512_storeu_si512(out[t], _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(hx), 16),
+                                                    _mm512_and_si512(_mm512_castps_si512(hy),
+                                                                     _mm512_set1_epi32((int)0xffff0000u))));
+        x = _mm512_sub_ps(x, hx);
+        y = _mm512_sub_ps(y, hy);
+    }
+}
+#define FC_DEFINE_TN_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
+static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,  \
+                 ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {            \
+    ptrdiff_t rows_t = nrows / 32 * 32, keys_t = ncols / 16 * 16, d_t = D / 16 * 16;            \
+    if (rows_t > FC_AMX_TN_ROWS) rows_t = FC_AMX_TN_ROWS;                                        \
+    if (!rows_t || !keys_t || !d_t) {                                                            \
+        fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, 0, D, Ct, ldc);                       \
+        return;                                                                                  \
+    }                                                                                            \
+    ptrdiff_t kp = rows_t / 2;                                                                   \
+    for (ptrdiff_t d = 0; d < d_t; d++)                                                          \
+        for (ptrdiff_t k = 0; k < kp; k++)                                                       \
+            xt[d * kp + k] = (fc_f2u(X[2 * k * ldx + d]) >> 16) | (fc_f2u(X[(2 * k + 1) * ldx + d]) & 0xffff0000u); \
+    uint32_t terms[3][FC_AMX_TN_ROWS / 2 * FC_AMX_TN_KEYS];   /* [term][pair][key of the chunk] */ \
+    long sx = (long)(kp * 4), sc = (long)(ldc * 4);                                              \
+    CFG(&fc_amx_config);                                                                         \
+    for (ptrdiff_t j0 = 0; j0 < keys_t; j0 += FC_AMX_TN_KEYS) {                                  \
+        ptrdiff_t w = keys_t - j0 < FC_AMX_TN_KEYS ? keys_t - j0 : FC_AMX_TN_KEYS;              \
+        for (ptrdiff_t k = 0; k < kp; k++)                                                       \
+            for (ptrdiff_t j = 0; j < w; j += 16)                                                \
+                fc_split3_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j,    \
+                                    terms[0] + k * w + j, terms[1] + k * w + j, terms[2] + k * w + j); \
+        long sw = (long)(w * 4);                                                                 \
+        for (ptrdiff_t d = 0; d < d_t; d += 32) {                                                \
+            int twod = d + 32 <= d_t;                                                            \
+            for (ptrdiff_t j = 0; j < w; j += 32) {                                              \
+                int twoc = j + 32 <= w;                                                          \
+                float* c = Ct + d * ldc + j0 + j;                                                \
+                LOAD(0, c, sc);                                                                  \
+                if (twoc) LOAD(1, c + 16, sc);                                                   \
+                if (twod) LOAD(2, c + 16 * ldc, sc);                                             \
+                if (twod && twoc) LOAD(3, c + 16 * ldc + 16, sc);                                \
+                for (ptrdiff_t k = 0; k < kp; k += 16) {                                         \
+                    LOAD(4, xt + d * kp + k, sx);                                                \
+                    if (twod) LOAD(5, xt + (d + 16) * kp + k, sx);                               \
+                    for (int t = 0; t < 3; t++) {                                                \
+                        LOAD(6, terms[t] + k * w + j, sw);                                       \
+                        if (twoc) LOAD(7, terms[t] + k * w + j + 16, sw);                        \
+                        DP(0, 4, 6);                                                             \
+                        if (twoc) DP(1, 4, 7);                                                   \
+                        if (twod) {                                                              \
+                            DP(2, 5, 6);                                                         \
+                            if (twoc) DP(3, 5, 7);                                               \
+                        }                                                                        \
+                    }                                                                            \
+                }                                                                                \
+                STORE(0, c, sc);                                                                 \
+                if (twoc) STORE(1, c + 16, sc);                                                  \
+                if (twod) STORE(2, c + 16 * ldc, sc);                                            \
+                if (twod && twoc) STORE(3, c + 16 * ldc + 16, sc);                               \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    RELEASE();                                                                                   \
+    if (rows_t < nrows) fc_tn_part_f32(P, ldp, rows_t, nrows, 0, keys_t, X, ldx, 0, d_t, Ct, ldc); \
+    if (keys_t < ncols) fc_tn_part_f32(P, ldp, 0, nrows, keys_t, ncols, X, ldx, 0, d_t, Ct, ldc); \
+    if (d_t < D) fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, d_t, D, Ct, ldc);            \
+}
+
 /* ---- the emulated tile instructions ---------------------------------------------------------- */
 typedef struct {
     uint32_t t[8][16][16];
@@ -255,6 +364,7 @@ static inline void fc_amx_emu_dp(int c, int a, int b) {
         fc_amx_emu_fault();
         return;
     }
+    __atomic_fetch_add(&fc_amx_emu_dps, 1, __ATOMIC_RELAXED);
     for (int m = 0; m < g->rows[c]; m++)
         for (int n = 0; n < g->colsb[c] / 4; n++) {
             float acc = fc_u2f(fc_amx_emu.t[c][m][n]);
@@ -280,6 +390,8 @@ FC_DEFINE_QK_AMX(fc_qk_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU
                  FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
 FC_DEFINE_PV_AMX(fc_pv_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
                  FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
+FC_DEFINE_TN_AMX(fc_tn_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
+                 FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
 
 /* ---- the tile instructions themselves (AT&T operand order: sources first) --------------------- */
 #if FC_HAVE_AMX
@@ -293,6 +405,7 @@ FC_DEFINE_PV_AMX(fc_pv_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU
 #define FC_AMX_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
 FC_DEFINE_QK_AMX(fc_qk_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
 FC_DEFINE_PV_AMX(fc_pv_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
+FC_DEFINE_TN_AMX(fc_tn_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
 #endif
 #endif   /* FC_HAVE_DPBF16 */
 
@@ -323,6 +436,17 @@ static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t 
 static inline void fc_pv_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,
                                ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
     FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_contig_f32, (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo));
+}
+
+/* Whether the bf16 products take the tiles (then the backward keeps its dK and dV accumulators
+ * transposed, for fc_tn_bf16t) */
+static inline int fc_bf16_on_tiles(void) { return fc_bf16_scores_form != FC_SCORES_VDPBF16PS; }
+
+/* Ct += X^T P of the mixed bf16 backward (dV += P^T dO, dK += dS^T Q into transposed accumulators)
+ * on the tiles, in the tile form this CPU takes; the float32 loop otherwise (tests only). */
+static inline void fc_tn_bf16t(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,
+                               ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {
+    FC_BY_SCORES_FORM(fc_tn_amx, fc_tn_amx_emulated, fc_tn_f32, (P, ldp, nrows, ncols, X, ldx, D, Ct, ldc, xt));
 }
 
 #endif

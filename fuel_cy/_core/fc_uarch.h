@@ -65,12 +65,11 @@ enum { FC_F16_FORM_CONVERT = 0, FC_F16_FORM_NATIVE = 1, FC_F16_FORM_NATIVE_EMULA
 static int fc_f16_form = FC_F16_FORM_CONVERT;
 static int fc_cpu_has_f16_native = 0;   /* AVX512-FP16 present and usable by this build */
 
-/* Which form the bf16 scores of the float32-compute kernels and the mixed flash's P V take
- * (fc_qk_dpbf16, fc_pv_bf16v: fc_amx.h): vdpbf16ps and the float32 loops, or AMX-BF16 tiles
- * (Intel Sapphire Rapids and later) where the CPU has them, the compiler's assembler knows them,
- * and Linux grants this process the tile state
- * (arch_prctl ARCH_REQ_XCOMP_PERM: without it the first tile instruction raises SIGILL); the
- * emulated tile form is for the tests.  AMX does 16 x 16 x 32 products per instruction where
+/* Which form the bf16 scores of the float32-compute kernels and the products with P and dS beside
+ * them take (fc_qk_dpbf16, fc_pv_bf16v, fc_tn_bf16t: fc_amx.h): vdpbf16ps and the float32 loops, or
+ * AMX-BF16 tiles (Intel Sapphire Rapids and later) where the CPU has them, the compiler's assembler
+ * knows them, and Linux grants this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM:
+ * without it the first tile instruction raises SIGILL); the emulated tile form is for the tests.  AMX does 16 x 16 x 32 products per instruction where
  * vdpbf16ps does 16 x 2, and it is what torch's bf16 SDPA runs on such CPUs.  Not yet timed on one:
  * benchmarks/forms.py has the row that settles it there. */
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__x86_64__) && defined(__linux__) && FC_CC_AT_LEAST(11, 12)

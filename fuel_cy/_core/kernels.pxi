@@ -532,7 +532,9 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                                real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                                Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
     # kpp/vpp, when not NULL (bf16 inputs under float32 compute), hold K and V as bf16 pairs
-    # instead of ktp/vtp: S = Q K^T and dP = dO V^T come from fc_qk_dpbf16
+    # instead of ktp/vtp: S = Q K^T and dP = dO V^T come from fc_qk_dpbf16, dQ = dS K from
+    # fc_pv_bf16v; where those take the tiles, dV and dK do too (fc_tn_bf16t), their accumulators
+    # held transposed ([D][Skp]) so that P and dS are read in the tiles' layout
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), Skp = ntiles * BC, Sk4 = (Sk + NR - 1) // NR * NR
     cdef Py_ssize_t kvh = kv0 + task
@@ -563,8 +565,9 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef real_t delta, ds
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
     cdef Py_ssize_t br = fc_bwd_rows   # rows per step; the buffers hold BR_BWD
-    zero(dKa, Sk4 * D)
-    zero(dVa, Sk4 * D)
+    cdef bint tiles = kpp != NULL and fc_bf16_on_tiles()
+    zero(dKa, Skp * D if tiles else Sk4 * D)
+    zero(dVa, Skp * D if tiles else Sk4 * D)
     for g in range(G):
         h = hk * G + g
         for qt in range(ceil_div(Sq, br)):
@@ -631,7 +634,11 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     nc = BC
                 for j in range(nc):
                     rows[j] = kbase + (j0 + j) * D
-                pv_accum_contig(tag, dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
+                if kpp != NULL:  # bf16 K: on the tiles too where the scores are
+                    if rnd_t is RoundNone and real_t is float:
+                        fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
+                else:
+                    pv_accum_contig(tag, dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
             for r in range(nr):
                 for d in range(D):
                     dq[((b * sh.Hq + h) * Sq + i0 + r) * D + d] = R(tag, scale * dQa[r * D + d])
@@ -641,7 +648,12 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     for j in range(n, n4):
                         S[r * Skp + j] = 0
                         dP[r * Skp + j] = 0
-                if real_t is float:
+                # Qp is free once the scores are done: it holds X's pairs (at most D * BR_BWD / 2
+                # words, within its BR_BWD * D2)
+                if real_t is float and tiles:
+                    fc_tn_bf16t(S, Skp, nr, n4, dOs, D, D, dVa + kofs, Skp, Qp)
+                    fc_tn_bf16t(dP, Skp, nr, n4, Qs, D, D, dKa + kofs, Skp, Qp)
+                elif real_t is float:
                     fc_gemm_tn_f32(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
                     fc_gemm_tn_f32(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
                 else:
@@ -656,6 +668,12 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 for r in range(nr):
                     rows[r] = Qs + r * D
                 pv_accum(tag, dSt, nr4, n4, nr, rows, D, dKa + kofs * D, D)
+    if tiles:
+        for j in range(Sk):
+            for d in range(D):
+                dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[d * Skp + j])
+                dv[((b * sh.Hkv + hk) * Sk + j) * D + d] = dVa[d * Skp + j]
+        return
     for j in range(Sk):
         for d in range(D):
             dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[j * D + d])

@@ -56,6 +56,11 @@ cdef extern from "fc_simd.h" nogil:
     # fc_amx.h: O += P V beside the bf16 scores (float32 loops, or tiles where the scores take them)
     void fc_pv_bf16v(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
                      Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
+    # and the backward's dV/dK products there, into accumulators held transposed ([D][keys])
+    bint fc_bf16_on_tiles()
+    enum: FC_AMX_TN_ROWS   # query rows per call on the tiles, at most
+    void fc_tn_bf16t(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols, const float* X,
+                     Py_ssize_t ldx, Py_ssize_t D, float* Ct, Py_ssize_t ldc, unsigned int* xt)
 
     # fc_half.h: bf16/f16 storage <-> float32
     void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)

@@ -73,6 +73,7 @@ cdef extern from "fc_uarch.h" nogil:
 
 cdef extern from "fc_amx.h" nogil:
     int fc_amx_emu_faults
+    long fc_amx_emu_dps
 
 
 
@@ -199,6 +200,15 @@ def _test_amx_emulation_faults():
     return n
 
 
+def _test_amx_emulation_dps():
+    """Testing hook: how many tdpbf16ps (16 x 16 x 32 products each) the emulated AMX form ran since
+    the last call; resets the count."""
+    global fc_amx_emu_dps
+    n = fc_amx_emu_dps
+    fc_amx_emu_dps = 0
+    return n
+
+
 # whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
 _TEST_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)
 
@@ -291,6 +301,22 @@ def _test_pv_bf16v(float[:, ::1] p, float[:, ::1] v, float[:, ::1] o):
     if nr and n and D:
         fc_pv_bf16v(&pv[0, 0], pv.shape[1], nr4, n, &vv[0, 0], vv.shape[1], rows, D, &ov[0, 0], ov.shape[1])
     return opad[:nr, :D].copy()
+
+
+def _test_tn_bf16t(float[:, ::1] p, float[:, ::1] x, float[:, ::1] ct):
+    """Testing hook: fc_tn_bf16t's Ct + X^T P (the mixed bf16 backward's dV += P^T dO and
+    dK += dS^T Q into a transposed accumulator, in the form the scores take; the float32 loop
+    beside vdpbf16ps) for p [rows, keys], bf16-valued x [rows, D] and ct [D, keys]."""
+    cdef Py_ssize_t nr = p.shape[0], n = p.shape[1], D = x.shape[1]
+    if x.shape[0] != nr or ct.shape[0] != D or ct.shape[1] != n:
+        raise ValueError("p [rows, keys], x [rows, D], ct [D, keys]")
+    out = _np.array(ct, dtype=_np.float32)
+    cdef float[:, ::1] ov = out
+    xt = _np.zeros(max(D * FC_AMX_TN_ROWS // 2, 1), dtype=_np.uint32)
+    cdef unsigned int[::1] xv = xt
+    if nr and n and D:
+        fc_tn_bf16t(&p[0, 0], p.shape[1], nr, n, &x[0, 0], x.shape[1], D, &ov[0, 0], ov.shape[1], &xv[0])
+    return out
 
 
 cdef extern from "fc_isa.h" nogil:
