@@ -6,6 +6,7 @@ bit to numpy models of their order, the hardware tile form is held to the float3
 the sum, and the mixed kernels are checked against the float64 reference under every form."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -65,6 +66,19 @@ def _tiles_model(q, k):
 
 def _bf16_values(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+@contextlib.contextmanager
+def _form(form):
+    """The score form switched to `form` inside the block, the CPU's choice restored after it (the
+    form is process-wide: a test must not leave the tiles switched off for the next)."""
+    c = core()
+    chosen = c._test_bf16_score_form()
+    try:
+        c._test_bf16_score_form(form)
+        yield
+    finally:
+        c._test_bf16_score_form(chosen)
 
 
 def _each_form():
@@ -160,17 +174,17 @@ def _pv_tiles_model(p, v, o):
     c = core()
     rows, keys, d = p.shape[0], p.shape[1], v.shape[1]
     rt, kt, ct = (rows + 3) // 4 * 4 // 16 * 16, keys // 32 * 32, d // 16 * 16
-    c._test_bf16_score_form("vdpbf16ps")
-    out = c._test_pv_bf16v(p, v, o)
-    if rt and kt and ct:
-        acc = o[:rt, :ct].copy()
-        terms = _split3(p[:rt, :kt])
-        for j0 in range(0, kt, 32):
-            for t in terms:
-                acc = _pairs_sum(acc, t, v[:, :ct].T, range(j0, j0 + 32))
-        if kt < keys:
-            acc = c._test_pv_bf16v(np.ascontiguousarray(p[:rt, kt:]), np.ascontiguousarray(v[kt:, :ct]), acc)
-        out[:rt, :ct] = acc
+    with _form("vdpbf16ps"):
+        out = c._test_pv_bf16v(p, v, o)
+        if rt and kt and ct:
+            acc = o[:rt, :ct].copy()
+            terms = _split3(p[:rt, :kt])
+            for j0 in range(0, kt, 32):
+                for t in terms:
+                    acc = _pairs_sum(acc, t, v[:, :ct].T, range(j0, j0 + 32))
+            if kt < keys:
+                acc = c._test_pv_bf16v(np.ascontiguousarray(p[:rt, kt:]), np.ascontiguousarray(v[kt:, :ct]), acc)
+            out[:rt, :ct] = acc
     return out
 
 
@@ -200,9 +214,8 @@ def test_pv_of_each_form(rows, keys, d):
             assert _bits(got) == _bits(model)
             assert c._test_amx_emulation_faults() == 0
             if rows >= 16 and keys >= 32 and d >= 16:  # the tiles ran: their order is not the loops'
-                c._test_bf16_score_form("vdpbf16ps")
-                assert _bits(got) != _bits(c._test_pv_bf16v(p, v, o))
-                c._test_bf16_score_form("amx-emulated")
+                with _form("vdpbf16ps"):
+                    assert _bits(got) != _bits(c._test_pv_bf16v(p, v, o))
         elif form == "amx":
             assert _bits(got) == _bits(c._test_pv_bf16v(p, v, o))
 
@@ -216,17 +229,17 @@ def _tn_tiles_model(p, x, ct):
     c = core()
     rows, keys, d = p.shape[0], p.shape[1], x.shape[1]
     rt, kt, dt = min(rows // 32 * 32, 64), keys // 16 * 16, d // 16 * 16
-    c._test_bf16_score_form("vdpbf16ps")
-    out = c._test_tn_bf16t(p, x, ct)
-    if rt and kt and dt:
-        acc = ct[:dt, :kt].copy()
-        terms = _split3(p[:rt, :kt])
-        for r0 in range(0, rt, 32):
-            for t in terms:
-                acc = _pairs_sum(acc, x[:rt, :dt].T, t.T, range(r0, r0 + 32))
-        if rt < rows:
-            acc = c._test_tn_bf16t(np.ascontiguousarray(p[rt:, :kt]), np.ascontiguousarray(x[rt:, :dt]), acc)
-        out[:dt, :kt] = acc
+    with _form("vdpbf16ps"):
+        out = c._test_tn_bf16t(p, x, ct)
+        if rt and kt and dt:
+            acc = ct[:dt, :kt].copy()
+            terms = _split3(p[:rt, :kt])
+            for r0 in range(0, rt, 32):
+                for t in terms:
+                    acc = _pairs_sum(acc, x[:rt, :dt].T, t.T, range(r0, r0 + 32))
+            if rt < rows:
+                acc = c._test_tn_bf16t(np.ascontiguousarray(p[rt:, :kt]), np.ascontiguousarray(x[rt:, :dt]), acc)
+            out[:dt, :kt] = acc
     return out
 
 
@@ -256,9 +269,8 @@ def test_backward_products_of_each_form(rows, keys, d):
             assert _bits(got) == _bits(model)
             assert c._test_amx_emulation_faults() == 0
             if rows >= 32 and keys >= 16 and d >= 16:  # the tiles ran: their order is not the loop's
-                c._test_bf16_score_form("vdpbf16ps")
-                assert _bits(got) != _bits(c._test_tn_bf16t(p, x, ct))
-                c._test_bf16_score_form("amx-emulated")
+                with _form("vdpbf16ps"):
+                    assert _bits(got) != _bits(c._test_tn_bf16t(p, x, ct))
         elif form == "amx":
             assert _bits(got) == _bits(c._test_tn_bf16t(p, x, ct))
 
@@ -280,6 +292,7 @@ def test_mixed_backward_products_take_the_tiles(rows_per_step):
     grads = ref.backward(q, k, v, do, None)
     blocks = (sq // 16) * (d // 16) * (sk // 32) + 2 * (d // 16) * (sk // 16) * (sq // 32)
     rows = c._test_bwd_rows()
+    c._test_amx_emulation_faults()
     try:
         c._test_bwd_rows(rows_per_step)
         for form in _each_form():

@@ -128,7 +128,9 @@ static void NAME(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint3
 
 /* O += P V on the tiles, for float32 P and bf16-valued V (float32 rows: vrows[j] is key j's row):
  * P is split exactly into three bf16 terms, p = p1 + p2 + p3 (p1 = bf16(p), p2 = bf16(p - p1),
- * p3 = p - p1 - p2: each difference is exact, and the 24 bits of p fit in three 8-bit terms), so
+ * p3 = p - p1 - p2: each difference is exact, and the 24 bits of p fit in three 8-bit terms; the
+ * conversion reads float32 subnormals as zero, so a remainder below 2^-126 is dropped, which only
+ * |p| < ~2^-110 can leave), so
  * every product of a term with V is exact and the sums are float32 sums, as for the scores.  Per
  * 32 keys (16 pairs), the three terms in turn.  Rows in whole 16-row tiles (at most
  * FC_AMX_PV_ROWS), keys in whole 32-key blocks and columns in whole 16-column tiles go to the tiles,
