@@ -165,6 +165,17 @@ def _split3(p):
     return p1, p2, p3
 
 
+def _terms_by_32(acc, a, b, split_left):
+    """acc + a b as the tiles sum it when one operand is float32 (a if split_left, else b): that
+    operand split into its three bf16 terms, per 32 steps of the inner dimension the three terms in
+    turn, step by step (each product exact, each addition rounded to float32)."""
+    terms = _split3(a if split_left else b)
+    for k0 in range(0, a.shape[1], 32):
+        for t in terms:
+            acc = _pairs_sum(acc, t if split_left else a, (b if split_left else t).T, range(k0, k0 + 32))
+    return acc
+
+
 def _pv_tiles_model(p, v, o):
     """The tile form of O += P V: rows in whole 16-row tiles, keys in whole 32-key blocks, columns
     in whole 16-column tiles take, per 32 keys, P's three bf16 terms in turn, key by key (each
@@ -177,11 +188,7 @@ def _pv_tiles_model(p, v, o):
     with _form("vdpbf16ps"):
         out = c._test_pv_bf16v(p, v, o)
         if rt and kt and ct:
-            acc = o[:rt, :ct].copy()
-            terms = _split3(p[:rt, :kt])
-            for j0 in range(0, kt, 32):
-                for t in terms:
-                    acc = _pairs_sum(acc, t, v[:, :ct].T, range(j0, j0 + 32))
+            acc = _terms_by_32(o[:rt, :ct].copy(), p[:rt, :kt], v[:kt, :ct], split_left=True)
             if kt < keys:
                 acc = c._test_pv_bf16v(np.ascontiguousarray(p[:rt, kt:]), np.ascontiguousarray(v[kt:, :ct]), acc)
             out[:rt, :ct] = acc
@@ -205,19 +212,27 @@ def test_pv_of_each_form(rows, keys, d):
     exact = o.astype(np.float64) + p.astype(np.float64) @ v.astype(np.float64)
     # the tiles add three terms per key: at most 3 * keys + 1 roundings of sums below this
     bound = (3 * keys + 1) * 2.0**-24 * (np.abs(o).astype(np.float64) + p.astype(np.float64) @ np.abs(v).astype(np.float64))
-    model = _pv_tiles_model(p, v, o)
+    _check_each_product_form(lambda: c._test_pv_bf16v(p, v, o), exact, bound, _pv_tiles_model(p, v, o),
+                             tiles_ran=rows >= 16 and keys >= 32 and d >= 16)
+
+
+def _check_each_product_form(product, exact, bound, model, tiles_ran):
+    """A product beside the bf16 scores, in each form: within the float32 error bound of its sum,
+    the emulated tiles bit for bit as their model (and, where the tiles ran, not the loops' bits),
+    the hardware tiles repeatable."""
+    c = core()
     c._test_amx_emulation_faults()
     for form in _each_form():
-        got = c._test_pv_bf16v(p, v, o)
+        got = product()
         assert np.all(np.abs(got - exact) <= bound), form
         if form == "amx-emulated":
             assert _bits(got) == _bits(model)
             assert c._test_amx_emulation_faults() == 0
-            if rows >= 16 and keys >= 32 and d >= 16:  # the tiles ran: their order is not the loops'
+            if tiles_ran:  # their order is not the loops'
                 with _form("vdpbf16ps"):
-                    assert _bits(got) != _bits(c._test_pv_bf16v(p, v, o))
+                    assert _bits(got) != _bits(product())
         elif form == "amx":
-            assert _bits(got) == _bits(c._test_pv_bf16v(p, v, o))
+            assert _bits(got) == _bits(product())
 
 
 def _tn_tiles_model(p, x, ct):
@@ -232,11 +247,7 @@ def _tn_tiles_model(p, x, ct):
     with _form("vdpbf16ps"):
         out = c._test_tn_bf16t(p, x, ct)
         if rt and kt and dt:
-            acc = ct[:dt, :kt].copy()
-            terms = _split3(p[:rt, :kt])
-            for r0 in range(0, rt, 32):
-                for t in terms:
-                    acc = _pairs_sum(acc, x[:rt, :dt].T, t.T, range(r0, r0 + 32))
+            acc = _terms_by_32(ct[:dt, :kt].copy(), x[:rt, :dt].T, p[:rt, :kt], split_left=False)
             if rt < rows:
                 acc = c._test_tn_bf16t(np.ascontiguousarray(p[rt:, :kt]), np.ascontiguousarray(x[rt:, :dt]), acc)
             out[:dt, :kt] = acc
@@ -260,19 +271,8 @@ def test_backward_products_of_each_form(rows, keys, d):
     exact = ct.astype(np.float64) + x.T.astype(np.float64) @ p.astype(np.float64)
     # three terms per row: at most 3 * rows + 1 roundings of sums below this
     bound = (3 * rows + 1) * 2.0**-24 * (np.abs(ct).astype(np.float64) + np.abs(x.T).astype(np.float64) @ np.abs(p).astype(np.float64))
-    model = _tn_tiles_model(p, x, ct)
-    c._test_amx_emulation_faults()
-    for form in _each_form():
-        got = c._test_tn_bf16t(p, x, ct)
-        assert np.all(np.abs(got - exact) <= bound), form
-        if form == "amx-emulated":
-            assert _bits(got) == _bits(model)
-            assert c._test_amx_emulation_faults() == 0
-            if rows >= 32 and keys >= 16 and d >= 16:  # the tiles ran: their order is not the loop's
-                with _form("vdpbf16ps"):
-                    assert _bits(got) != _bits(c._test_tn_bf16t(p, x, ct))
-        elif form == "amx":
-            assert _bits(got) == _bits(c._test_tn_bf16t(p, x, ct))
+    _check_each_product_form(lambda: c._test_tn_bf16t(p, x, ct), exact, bound, _tn_tiles_model(p, x, ct),
+                             tiles_ran=rows >= 32 and keys >= 16 and d >= 16)
 
 
 @pytest.mark.parametrize("rows_per_step", [32, 64])

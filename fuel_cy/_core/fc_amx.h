@@ -154,6 +154,15 @@ static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32
     __m512i e = _mm512_loadu_si512(even), o = _mm512_loadu_si512(odd);
     _mm512_storeu_si512(out, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
 }
+/* OP (LOAD or STORE) on the float32 tiles 0-3 of a 32 x 32 block at C (rows ld floats, stride
+ * bytes apart): tile 1 only with a second column tile, 2 with a second row tile, 3 with both */
+#define FC_AMX_C_BLOCK(OP, C, ld, stride, two_rows, two_cols)                                     \
+    do {                                                                                         \
+        OP(0, C, stride);                                                                        \
+        if (two_cols) OP(1, (C) + 16, stride);                                                   \
+        if (two_rows) OP(2, (C) + 16 * (ld), stride);                                            \
+        if ((two_rows) && (two_cols)) OP(3, (C) + 16 * (ld) + 16, stride);                       \
+    } while (0)
 #define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
                  ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {     \
@@ -182,10 +191,7 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
             for (ptrdiff_t d = 0; d < w; d += 32) {                                              \
                 int twoc = d + 32 <= w;                                                          \
                 float* o = O + i * ldo + c0 + d;                                                 \
-                LOAD(0, o, so);                                                                  \
-                if (twoc) LOAD(1, o + 16, so);                                                   \
-                if (two) LOAD(2, o + 16 * ldo, so);                                              \
-                if (two && twoc) LOAD(3, o + 16 * ldo + 16, so);                                 \
+                FC_AMX_C_BLOCK(LOAD, o, ldo, so, two, twoc);                                     \
                 for (ptrdiff_t k = 0; k < kp_n; k += 16) {                                       \
                     LOAD(6, vp + k * w + d, sv);                                                 \
                     if (twoc) LOAD(7, vp + k * w + d + 16, sv);                                  \
@@ -200,10 +206,7 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
                         }                                                                        \
                     }                                                                            \
                 }                                                                                \
-                STORE(0, o, so);                                                                 \
-                if (twoc) STORE(1, o + 16, so);                                                  \
-                if (two) STORE(2, o + 16 * ldo, so);                                             \
-                if (two && twoc) STORE(3, o + 16 * ldo + 16, so);                                \
+                FC_AMX_C_BLOCK(STORE, o, ldo, so, two, twoc);                                    \
             }                                                                                    \
         }                                                                                        \
         RELEASE();                                                                               \
@@ -271,10 +274,7 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
             for (ptrdiff_t j = 0; j < w; j += 32) {                                              \
                 int twoc = j + 32 <= w;                                                          \
                 float* c = Ct + d * ldc + j0 + j;                                                \
-                LOAD(0, c, sc);                                                                  \
-                if (twoc) LOAD(1, c + 16, sc);                                                   \
-                if (twod) LOAD(2, c + 16 * ldc, sc);                                             \
-                if (twod && twoc) LOAD(3, c + 16 * ldc + 16, sc);                                \
+                FC_AMX_C_BLOCK(LOAD, c, ldc, sc, twod, twoc);                                    \
                 for (ptrdiff_t k = 0; k < kp; k += 16) {                                         \
                     LOAD(4, xt + d * kp + k, sx);                                                \
                     if (twod) LOAD(5, xt + (d + 16) * kp + k, sx);                               \
@@ -289,10 +289,7 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
                         }                                                                        \
                     }                                                                            \
                 }                                                                                \
-                STORE(0, c, sc);                                                                 \
-                if (twoc) STORE(1, c + 16, sc);                                                  \
-                if (twod) STORE(2, c + 16 * ldc, sc);                                            \
-                if (twod && twoc) STORE(3, c + 16 * ldc + 16, sc);                               \
+                FC_AMX_C_BLOCK(STORE, c, ldc, sc, twod, twoc);                                   \
             }                                                                                    \
         }                                                                                        \
     }                                                                                            \
