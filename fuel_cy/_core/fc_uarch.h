@@ -69,9 +69,10 @@ static int fc_cpu_has_f16_native = 0;   /* AVX512-FP16 present and usable by thi
  * them take (fc_qk_dpbf16, fc_pv_bf16v, fc_tn_bf16t: fc_amx.h): vdpbf16ps and the float32 loops, or
  * AMX-BF16 tiles (Intel Sapphire Rapids and later) where the CPU has them, the compiler's assembler
  * knows them, and Linux grants this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM:
- * without it the first tile instruction raises SIGILL); the emulated tile form is for the tests.  AMX does 16 x 16 x 32 products per instruction where
- * vdpbf16ps does 16 x 2, and it is what torch's bf16 SDPA runs on such CPUs.  Not yet timed on one:
- * benchmarks/forms.py has the row that settles it there. */
+ * without it the first tile instruction raises SIGILL); the emulated tile form is for the tests.
+ * AMX does 16 x 16 x 32 products per instruction where vdpbf16ps does 16 x 2, and it is what
+ * torch's bf16 SDPA runs on such CPUs.  Not yet timed on one: benchmarks/forms.py has the row that
+ * settles it there. */
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__x86_64__) && defined(__linux__) && FC_CC_AT_LEAST(11, 12)
 #define FC_HAVE_AMX 1
 #include <sys/syscall.h>

@@ -566,6 +566,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
     cdef Py_ssize_t br = fc_bwd_rows   # rows per step; the buffers hold BR_BWD
     cdef bint tiles = kpp != NULL and fc_bf16_on_tiles()
+    # dK and dV accumulate [key][D], or [D][Skp] (held transposed) on the tiles
+    cdef Py_ssize_t per_key = 1 if tiles else D, per_col = Skp if tiles else 1
     zero(dKa, Skp * D if tiles else Sk4 * D)
     zero(dVa, Skp * D if tiles else Sk4 * D)
     for g in range(G):
@@ -668,16 +670,10 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 for r in range(nr):
                     rows[r] = Qs + r * D
                 pv_accum(tag, dSt, nr4, n4, nr, rows, D, dKa + kofs * D, D)
-    if tiles:
-        for j in range(Sk):
-            for d in range(D):
-                dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[d * Skp + j])
-                dv[((b * sh.Hkv + hk) * Sk + j) * D + d] = dVa[d * Skp + j]
-        return
     for j in range(Sk):
         for d in range(D):
-            dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[j * D + d])
-            dv[((b * sh.Hkv + hk) * Sk + j) * D + d] = dVa[j * D + d]
+            dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[j * per_key + d * per_col])
+            dv[((b * sh.Hkv + hk) * Sk + j) * D + d] = dVa[j * per_key + d * per_col]
 
 
 cdef void backward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* k, real_t* ktp,
