@@ -58,16 +58,15 @@ def bits(result) -> bytes:
     return b"".join(np.ascontiguousarray(p).view(np.uint8).tobytes() for p in parts)
 
 
-def ulps16(a, b) -> int:
-    """The largest distance, in units in the last place, between two bf16 or float16 arrays of
-    the same shape (NaNs excluded): bit patterns mapped to a monotone integer line."""
-    def line(x):
-        u = np.ascontiguousarray(x).view(np.uint16).astype(np.int64)
-        return np.where(u & 0x8000, -(u & 0x7FFF), u)
-    a, b = np.asarray(a), np.asarray(b)
-    if a.size == 0:
-        return 0
-    return int(np.max(np.abs(line(a) - line(b))))
+def near_in_another_f32_order(out, f32, terms: int, vmax: float) -> bool:
+    """A bf16 result of float32 sums taken in another order (vdpbf16ps scores, AMX tile products)
+    against the float32 kernel's result on the same values: each element within one bf16 ulp of the
+    float32 value, plus what two orders of a float32 sum of `terms` terms, each at most vmax, may
+    differ by (terms * 2^-24 * vmax each).  Per element, so a wrong row or column fails; the slack
+    matters only where a sum cancels to far below vmax, where one bf16 ulp is tiny."""
+    out64, f64 = np.asarray(out, np.float64), np.asarray(f32, np.float64)
+    ulp = np.exp2(np.floor(np.log2(np.maximum(np.abs(f64), 2.0 ** -126))) - 7)
+    return bool(np.all(np.abs(out64 - f64) <= ulp + 2.0 * terms * 2.0 ** -24 * vmax))
 
 
 def peak_bytes_in_fresh_thread(call):

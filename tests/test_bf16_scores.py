@@ -23,7 +23,7 @@ from conftest import ROOT
 from inputs import attention_inputs
 from measures import bits as _bits
 from measures import rel as _rel
-from measures import ulps16
+from measures import near_in_another_f32_order
 
 from fuel_cy.runtime.cpu import core
 
@@ -322,8 +322,9 @@ MIXED = [
 @pytest.mark.parametrize("case", MIXED, ids=["plain", "odd-59 gqa causal", "ragged d111", "window+softcap"])
 def test_mixed_bf16_kernels_under_every_score_form(case, rows_per_step):
     """The mixed flash and backward on bf16 under each score form: the contract's accuracy against
-    the float64 reference, within one bf16 ulp of the float32 kernel on the widened inputs (the
-    contract's identity up to the order of the score sums), and the same bits at 1 and 2 threads;
+    the float64 reference, within one bf16 ulp of the float32 kernel on the widened inputs up to
+    what another float32 summation order may move (the contract's identity up to the order of the
+    sums), and the same bits at 1 and 2 threads;
     the backward at both step heights the CPUs use (AMD 32 query rows, Intel 64: with 64, ragged
     row counts leave the tiles' backward products a float32 tail of rows)."""
     saved = core()._test_bwd_rows()
@@ -356,7 +357,7 @@ def _check_mixed_bf16_kernels_under_every_score_form(case):
             runs.append(_bits((out, dq, dk, dv)))
         assert runs[0] == runs[1], form
         assert _rel(out, expected) <= 1e-2, form
-        assert ulps16(out, f32.astype(ml_dtypes.bfloat16)) <= 1, form
+        assert near_in_another_f32_order(out, f32, sk + d, float(np.max(np.abs(widened[2])))), form
         for got, want in zip((dq, dk, dv), grads):
             assert _rel(got, want) <= 1e-2, form
         if form == "amx-emulated":

@@ -13,7 +13,7 @@ import reference_impl as ref
 from inputs import attention_inputs
 from measures import bits as _bits
 from measures import rel as _rel
-from measures import peak_bytes_in_fresh_thread, ulps16
+from measures import near_in_another_f32_order, peak_bytes_in_fresh_thread
 
 from fuel_cy.runtime.cpu import core
 
@@ -47,11 +47,12 @@ def test_flash_mixed_matches_float64_reference_and_the_rounded_f32_kernel(case, 
                            right=params.get("window_size_right"), softcap=params.get("softcap"), k_len=params.get("k_len"))
     assert _rel(out, expected) <= bound
     # the contract's identity: float32 math on the widened inputs, rounded once to T.  Where bf16
-    # scores come from vdpbf16ps or AMX tiles (a different float32 summation order, pinned bit for
-    # bit in tests/test_bf16_scores.py), the result may sit one bf16 ulp away.
+    # scores come from vdpbf16ps, or scores and P.V from AMX tiles (float32 sums in another order,
+    # pinned bit for bit in tests/test_bf16_scores.py), the result may sit one bf16 ulp away, more
+    # where P.V cancels to far below max |v| (seen on a Sapphire Rapids: 3 ulps at 8e-7).
     f32 = fuel_cy.attention_flash(*_f32(q, k, v, slopes), **params)
     if code == "BF16" and core()._TEST_HAVE_DPBF16:
-        assert ulps16(out, f32.astype(dtype)) <= 1
+        assert near_in_another_f32_order(out, f32, sk + d, float(np.max(np.abs(np.asarray(v, np.float32)))))
     else:
         assert _bits(out) == _bits(f32.astype(dtype))
 
