@@ -13,33 +13,36 @@
 
 /* Which instruction form the bf16 math-in-T loops take: the vdpbf16ps additions in the GEMMs
  * (fc_gemm.h) and vcvtneps2bf16 in the row passes (fc_exp.h) on AMD CPUs with AVX512-BF16, where
- * they were measured faster (Zen 4); elsewhere the vaddps GEMM form and the integer row rounding,
- * as before: Sapphire Rapids runs vpermt2w at half the rate of vpermw and has not been measured
- * with either. */
+ * they were measured faster (Zen 4, 21%); elsewhere the vaddps GEMM form and the integer row
+ * rounding: on the Sapphire Rapids-class Xeon vdpbf16ps was 13-15% slower (flash S=1024 D=64,
+ * backward S=512 D=64; vpermt2w runs at half the rate of vpermw there). */
 enum { FC_BF16_FORM_VADDPS = 0, FC_BF16_FORM_VDPBF16PS = 1 };
 static int fc_bf16_form = FC_BF16_FORM_VADDPS;
 
 /* How O += P V finds contiguous V's rows (fc_pv_contig_*): a fixed stride apart, or through the
  * row pointers that the paged cache needs anyway (one more load per key).  By stride the PV tile
  * ran 91 -> 112 GFLOP/s at avx2 and 31 -> 37 at default, and at AVX-512 on Zen 4 109 -> 117 in
- * isolation (64 x 128 x 128 tiles, one core, FMA peak 117; 1-3% of a flash call); Sapphire Rapids
- * was measured with the pointer form at AVX-512 and keeps it there until it is measured with
- * both. */
+ * isolation (64 x 128 x 128 tiles, one core, FMA peak 117; 1-3% of a flash call); on a Sapphire
+ * Rapids-class Xeon (benchmarks/results/forms/intel-xeon.json) the flash f32 call 0.5% faster at
+ * S=2048 D=64 and 5% at D=128.  Every CPU measured takes the stride; the pointer form stays a
+ * candidate for forms.py on the next one. */
 enum { FC_PV_BY_POINTER = 0, FC_PV_BY_STRIDE = 1 };
 static int fc_pv_form = FC_PV_BY_STRIDE;
 
 /* Query rows per step of the backward (at most BR_BWD, kernels.pxi).  A step keeps its rows' S and
  * dP over every key (2 x rows x Sk floats) and sweeps dK and dV (2 x Sk x D) once: at Sk = 2048
  * 64 rows hold 1 MB of S and dP, Zen 4's whole L2, and 32 rows measured 3.5% faster there (D=128;
- * 2.5% at D=64) for twice the dK/dV sweeps; Sapphire Rapids (2 MB of L2) keeps 64 until it is
- * measured.  Every gradient is the same sum in the same order either way. */
+ * 2.5% at D=64) for twice the dK/dV sweeps; on the Sapphire Rapids-class Xeon (2 MB of L2) 64
+ * rows were 14% faster at S=2048 D=64 and 2% at D=128, so Intel keeps 64.  Every gradient is
+ * the same sum in the same order either way. */
 static int fc_bwd_rows = 64;
 
 /* Register blocks of the backward's C += A^T B (fc_gemm_tn_*) that share one copy of their A^T
  * block.  With two, each row of A is read a whole 64-byte line at a time at AVX-512 (one 8-row
  * block's 32 bytes left the line's other half to be fetched again for the next block): the
  * product ran 104 -> 110 GFLOP/s in isolation on Zen 4 and the backward 3% faster at D=64 (equal
- * at D=128).  Other CPUs keep one until measured. */
+ * at D=128); on the Sapphire Rapids-class Xeon the backward 3% faster at both (S=2048).  Below
+ * AVX-512 a block's 8 rows are a whole line already. */
 static int fc_tn_blocks = 1;   /* 1 or 2 */
 
 /* Whether the compiler is at least gcc G or clang C: new instructions written as inline assembly
@@ -71,8 +74,9 @@ static int fc_cpu_has_f16_native = 0;   /* AVX512-FP16 present and usable by thi
  * knows them, and Linux grants this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM:
  * without it the first tile instruction raises SIGILL); the emulated tile form is for the tests.
  * AMX does 16 x 16 x 32 products per instruction where vdpbf16ps does 16 x 2, and it is what
- * torch's bf16 SDPA runs on such CPUs.  Not yet timed on one: benchmarks/forms.py has the row that
- * settles it there. */
+ * torch's bf16 SDPA runs on such CPUs.  On the Sapphire Rapids-class Xeon the tiles made the
+ * mixed flash 1.8x (S=1024 D=64) to 2.6x (S=4096 D=128) faster and the mixed backward 1.75x
+ * (benchmarks/results/forms/intel-xeon.json). */
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__x86_64__) && defined(__linux__) && FC_CC_AT_LEAST(11, 12)
 #define FC_HAVE_AMX 1
 #include <sys/syscall.h>
@@ -106,9 +110,9 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_cpu_features(have, vendor, &family, &model);
     int amd = strcmp(vendor, "AuthenticAMD") == 0, amd512 = FC_VBYTES == 64 && amd;
     fc_bf16_form = FC_HAVE_BF16_CVT && amd ? FC_BF16_FORM_VDPBF16PS : FC_BF16_FORM_VADDPS;
-    fc_pv_form = FC_VBYTES == 64 && !amd512 ? FC_PV_BY_POINTER : FC_PV_BY_STRIDE;
+    fc_pv_form = FC_PV_BY_STRIDE;
     fc_bwd_rows = amd512 ? 32 : 64;
-    fc_tn_blocks = amd512 ? 2 : 1;
+    fc_tn_blocks = FC_VBYTES == 64 ? 2 : 1;
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
     if (FC_HAVE_AMX && have[FC_F_AMX_TILE] && have[FC_F_AMX_BF16]) fc_amx_state = fc_amx_permitted() ? 1 : 2;
