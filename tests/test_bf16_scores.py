@@ -197,10 +197,12 @@ def _pv_tiles_model(p, v, o):
 
 @pytest.mark.parametrize("rows,keys,d", [(64, 128, 64), (64, 128, 128), (20, 100, 40), (48, 96, 200), (5, 40, 7),
                                          (33, 64, 33), (64, 127, 136), (16, 32, 16)])
-def test_pv_of_each_form(rows, keys, d):
+@pytest.mark.parametrize("prepaired", [False, True], ids=["paired-per-call", "prepaired"])
+def test_pv_of_each_form(rows, keys, d, prepaired):
     """The mixed bf16 flash's O += P V beside each score form: the float32 loops beside
     vdpbf16ps, the tiles (P split into three exact bf16 terms) beside tile scores; each within the
-    float32 error bound of the sum, the emulated tiles bit for bit as their model."""
+    float32 error bound of the sum, the emulated tiles bit for bit as their model, with V's keys
+    paired inside the product or once beforehand (as the flash does per kv head)."""
     c = core()
     rng = np.random.default_rng(rows + keys + d)
     p = rng.random((rows, keys)).astype(np.float32)
@@ -212,7 +214,7 @@ def test_pv_of_each_form(rows, keys, d):
     exact = o.astype(np.float64) + p.astype(np.float64) @ v.astype(np.float64)
     # the tiles add three terms per key: at most 3 * keys + 1 roundings of sums below this
     bound = (3 * keys + 1) * 2.0**-24 * (np.abs(o).astype(np.float64) + p.astype(np.float64) @ np.abs(v).astype(np.float64))
-    _check_each_product_form(lambda: c._test_pv_bf16v(p, v, o), exact, bound, _pv_tiles_model(p, v, o),
+    _check_each_product_form(lambda: c._test_pv_bf16v(p, v, o, prepaired), exact, bound, _pv_tiles_model(p, v, o),
                              tiles_ran=rows >= 16 and keys >= 32 and d >= 16)
 
 

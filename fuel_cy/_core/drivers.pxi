@@ -210,14 +210,18 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         ntasks = flash_tasks(&sh, chunk)
         per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * D2
     cdef int nt = <int>min(nthreads, ntasks)
-    # one buffer: packed K (or its bf16 pairs), then every thread's scratch, each 64-byte aligned
+    # V's keys paired once per kv head where P V takes the tiles (fc_amx.h), not per query tile
+    cdef bint vpairs = bf16_pairs and not naive and fc_bf16_on_tiles()
+    # one buffer: packed K (or its bf16 pairs), V's pairs, then every thread's scratch, each 64-byte aligned
     cdef Py_ssize_t n_ktp = 0 if bf16_pairs else chunk * per_head * sizeof(real_t)
     cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs else 0
-    buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + nt * per_thread * sizeof(real_t))
+    cdef Py_ssize_t n_vpp = chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int) if vpairs else 0
+    buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp) + nt * per_thread * sizeof(real_t))
     cdef char* base = _aligned(buf)
     cdef real_t* ktp = <real_t*>base
     cdef unsigned int* kpp_p = <unsigned int*>(base + _up64(n_ktp)) if bf16_pairs else NULL
-    cdef real_t* scratch = <real_t*>(base + _up64(n_ktp) + _up64(n_kpp))
+    cdef unsigned int* vpp_p = <unsigned int*>(base + _up64(n_ktp) + _up64(n_kpp)) if vpairs else NULL
+    cdef real_t* scratch = <real_t*>(base + _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp))
     cdef fc_interrupt it
     fc_interrupt_init(&it, _on_main_thread())
     o.it = &it
@@ -229,14 +233,16 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
             if real_t is float:
                 if bf16_pairs:
                     pack_heads_pairs(<float*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, kpp_p, nt)
+                if vpairs:
+                    pack_heads_vpairs(<float*>(v + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, vpp_p, nt)
             if not bf16_pairs:
                 pack_heads(<real_t*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, ktp, nt)
             if naive:
                 naive_forward_core(tag, kv0, nkv, <real_t*>q, ktp, <real_t*>v, <real_t*>slopes, out, &sh, &o,
                                    scratch, per_thread, nt)
             else:
-                flash_forward_core(tag, kv0, nkv, <real_t*>q, ktp, kpp_p, <real_t*>v, <real_t*>slopes, out, &sh,
-                                   &o, scratch, per_thread, nt)
+                flash_forward_core(tag, kv0, nkv, <real_t*>q, ktp, kpp_p, vpp_p, <real_t*>v, <real_t*>slopes, out,
+                                   &sh, &o, scratch, per_thread, nt)
             kv0 += nkv
     fc_interrupt_raise(&it)
 

@@ -135,7 +135,9 @@ static void NAME(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint3
  * 32 keys (16 pairs), the three terms in turn.  Rows in whole 16-row tiles (at most
  * FC_AMX_PV_ROWS), keys in whole 32-key blocks and columns in whole 16-column tiles go to the tiles,
  * in column chunks of FC_AMX_PV_COLS; the rest to the float32 loops (fc_pv_contig_f32), whose sums
- * are the float32 kernel's. */
+ * are the float32 kernel's.  V's keys are paired for the tiles per call and column chunk, or come
+ * paired already (vpairs: [FC_BC / 2][D], fc_pack.h fc_pack_v_pairs_bf16, once per kv head); the
+ * same sums either way. */
 #define FC_AMX_PV_ROWS 64
 #define FC_AMX_PV_COLS 64
 /* 32 floats of P -> 16 bf16 pairs of each of its three terms (pairs: key 2k low, 2k + 1 high) */
@@ -165,7 +167,8 @@ static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32
     } while (0)
 #define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
-                 ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {     \
+                 ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,      \
+                 const uint32_t* vpairs) {                                                       \
     ptrdiff_t rows_t = nrows4 / 16 * 16, keys_t = ncols / 32 * 32, cols_t = D / 16 * 16;        \
     if (!rows_t || !keys_t || !cols_t || rows_t > FC_AMX_PV_ROWS || ncols > FC_BC) {             \
         fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);                       \
@@ -181,10 +184,13 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
     long sa = (long)(kp_n * 4), so = (long)(ldo * 4);                                            \
     for (ptrdiff_t c0 = 0; c0 < cols_t; c0 += FC_AMX_PV_COLS) {                                  \
         ptrdiff_t w = cols_t - c0 < FC_AMX_PV_COLS ? cols_t - c0 : FC_AMX_PV_COLS;              \
-        for (ptrdiff_t k = 0; k < kp_n; k++)                                                     \
-            for (ptrdiff_t d = 0; d < w; d += 16)                                                \
-                fc_pair_keys_bf16(vrows[2 * k] + c0 + d, vrows[2 * k + 1] + c0 + d, vp + k * w + d); \
-        long sv = (long)(w * 4);                                                                 \
+        const uint32_t* vb = vpairs ? vpairs + c0 : vp;                                          \
+        ptrdiff_t ldvp = vpairs ? D : w;                                                         \
+        if (!vpairs)                                                                             \
+            for (ptrdiff_t k = 0; k < kp_n; k++)                                                 \
+                for (ptrdiff_t d = 0; d < w; d += 16)                                            \
+                    fc_pair_keys_bf16(vrows[2 * k] + c0 + d, vrows[2 * k + 1] + c0 + d, vp + k * w + d); \
+        long sv = (long)(ldvp * 4);                                                              \
         CFG(&fc_amx_config);                                                                     \
         for (ptrdiff_t i = 0; i < rows_t; i += 32) {                                             \
             int two = i + 32 <= rows_t;                                                          \
@@ -193,8 +199,8 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
                 float* o = O + i * ldo + c0 + d;                                                 \
                 FC_AMX_C_BLOCK(LOAD, o, ldo, so, two, twoc);                                     \
                 for (ptrdiff_t k = 0; k < kp_n; k += 16) {                                       \
-                    LOAD(6, vp + k * w + d, sv);                                                 \
-                    if (twoc) LOAD(7, vp + k * w + d + 16, sv);                                  \
+                    LOAD(6, vb + k * ldvp + d, sv);                                              \
+                    if (twoc) LOAD(7, vb + k * ldvp + d + 16, sv);                               \
                     for (int t = 0; t < 3; t++) {                                                \
                         LOAD(4, terms[t] + i * kp_n + k, sa);                                    \
                         DP(0, 4, 6);                                                             \
@@ -408,6 +414,14 @@ FC_DEFINE_TN_AMX(fc_tn_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, 
 #endif
 #endif   /* FC_HAVE_DPBF16 */
 
+/* The float32 loops with fc_pv_amx's arguments (V's pairs, if any, are for the tiles only) */
+static inline void fc_pv_loops_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                     const float* V, ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O,
+                                     ptrdiff_t ldo, const uint32_t* vpairs) {
+    (void)vpairs;
+    fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+}
+
 /* Runs the tile form of a product (AMX or EMULATED, with ARGS) where the CPU takes it, else VEC:
  * the scores and P V switch together. */
 #if FC_HAVE_DPBF16 && FC_HAVE_AMX
@@ -433,8 +447,10 @@ static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t 
 /* O += P V of the mixed bf16 flash (V's rows hold bf16 values), in the form this CPU takes: the
  * float32 loops (the float32 kernel's sums) beside vdpbf16ps scores, the tiles beside tile scores. */
 static inline void fc_pv_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,
-                               ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
-    FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_contig_f32, (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo));
+                               ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,
+                               const uint32_t* vpairs) {
+    FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_loops_bf16v,
+                      (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo, vpairs));
 }
 
 /* Whether the bf16 products take the tiles (then the backward keeps its dK and dV accumulators

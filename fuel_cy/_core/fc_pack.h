@@ -1,6 +1,7 @@
 /* Packing of key (and value) tiles for the GEMMs (fc_gemm.h): K^T tiles [D][FC_BC] transposed in
- * registers (fc_pack_kt_f32), and the bf16 pairs that vdpbf16ps reads (fc_pair_rows_bf16,
- * fc_pack_k_pairs_bf16).  Hand-written; included (through fc_simd.h) by every CPU level's core
+ * registers (fc_pack_kt_f32), the bf16 pairs that vdpbf16ps and the AMX tiles read
+ * (fc_pair_rows_bf16, fc_pack_k_pairs_bf16) and V's keys paired for the tile P V
+ * (fc_pack_v_pairs_bf16).  Hand-written; included (through fc_simd.h) by every CPU level's core
  * module. */
 #ifndef FUEL_CY_FC_PACK_H
 #define FUEL_CY_FC_PACK_H
@@ -125,6 +126,22 @@ static inline void fc_pack_k_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff
         for (ptrdiff_t p = 0; p < D2; p++) out[p * FC_BC + j] = fc_bf16_pair(rows[j], 2 * p, D);
     for (ptrdiff_t p = 0; p < D2; p++)
         for (ptrdiff_t j = n; j < FC_BC; j++) out[p * FC_BC + j] = 0;
+}
+
+/* V rows (n <= FC_BC keys of D bf16-valued floats) -> Vp [FC_BC / 2][D]: keys 2k and 2k + 1 paired
+ * per column (the layout tdpbf16ps takes for its second operand, fc_amx.h fc_pv_bf16v), keys n..
+ * zero.  Built once per kv head and shared by its query tiles. */
+static inline void fc_pack_v_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    for (ptrdiff_t k = 0; k < FC_BC / 2; k++) {
+        const float* even = 2 * k < n ? rows[2 * k] : NULL;
+        const float* odd = 2 * k + 1 < n ? rows[2 * k + 1] : NULL;
+        for (ptrdiff_t d = 0; d < D; d++) {
+            uint32_t e = 0, o = 0;
+            if (even) memcpy(&e, even + d, 4);
+            if (odd) memcpy(&o, odd + d, 4);
+            out[k * D + d] = (e >> 16) | (o & 0xffff0000u);
+        }
+    }
 }
 
 #endif

@@ -54,6 +54,28 @@ cdef inline void pack_head_tile_pairs(float* k, Py_ssize_t task, Py_ssize_t ntil
     fc_pack_k_pairs_bf16(rows, n, D, out + task * ((D + 1) // 2) * BC)
 
 
+cdef inline void pack_head_tile_vpairs(float* v, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
+                                       Py_ssize_t D, unsigned int* out) noexcept nogil:
+    cdef Py_ssize_t head = task // ntiles, t = task % ntiles, jj, n
+    cdef float* rows[BC]
+    n = Sk - t * BC
+    if n > BC:
+        n = BC
+    for jj in range(n):
+        rows[jj] = v + (head * Sk + t * BC + jj) * D
+    fc_pack_v_pairs_bf16(rows, n, D, out + task * (BC // 2) * D)
+
+
+cdef void pack_heads_vpairs(float* v, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
+                            int nthreads) noexcept nogil:
+    """bf16-valued V [nheads, Sk, D] -> keys paired per column [nheads][ceil(Sk/BC)][BC/2][D], for
+    the tile P V (fc_pv_bf16v)."""
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t task
+    for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
+        pack_head_tile_vpairs(v, task, ntiles, Sk, D, out)
+
+
 cdef void pack_heads_pairs(float* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
                            int nthreads) noexcept nogil:
     """bf16-valued K [nheads, Sk, D] -> bf16 pairs [nheads][ceil(Sk/BC)][ceil(D/2)][BC] for
@@ -77,11 +99,12 @@ cdef inline Py_ssize_t flash_tasks(Shape* sh, Py_ssize_t nkv) noexcept nogil:
 
 
 cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp,
-                            const unsigned int* kpp, real_t* v, real_t* slopes, real_t* out, Shape* sh,
-                            AttnOpts* o, real_t* buf) noexcept nogil:
+                            const unsigned int* kpp, const unsigned int* vpp, real_t* v, real_t* slopes,
+                            real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
     # task -> (kv head kv0 + i, its query head g, query tile); ktp holds the packed K of kv heads from kv0.
     # kpp, when not NULL (bf16 inputs under float32 compute, drive_attention_flash_half), holds
-    # them as bf16 pairs instead, and the scores come from fc_qk_dpbf16.
+    # them as bf16 pairs instead, and the scores come from fc_qk_dpbf16; vpp, when not NULL (the
+    # tile form), V's keys paired for the tile P V, per kv head from kv0 (pack_heads_vpairs).
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t G = sh.Hq // sh.Hkv
@@ -209,7 +232,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             rows[jj] = vbase + (j0 + jj) * D
         if kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
             if rnd_t is RoundNone and real_t is float:
-                fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
+                fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D,
+                            vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D if vpp != NULL else NULL)
         else:
             pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
     for r in range(nr):
@@ -220,15 +244,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
 
 
 cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* ktp,
-                             const unsigned int* kpp, real_t* v, real_t* slopes, real_t* out, Shape* sh,
-                             AttnOpts* o, real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
+                             const unsigned int* kpp, const unsigned int* vpp, real_t* v, real_t* slopes,
+                             real_t* out, Shape* sh, AttnOpts* o, real_t* scratch, Py_ssize_t per_thread,
+                             int nthreads) noexcept nogil:
     """Every query row served by kv heads [kv0, kv0 + nkv) (of the flattened B * Hkv)."""
     cdef Py_ssize_t ntasks = flash_tasks(sh, nkv)
     cdef Py_ssize_t task
     for task in prange(ntasks, schedule='dynamic', num_threads=nthreads):
         if fc_stopped(o.it):
             continue
-        flash_task(tag, task, kv0, q, ktp, kpp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
+        flash_task(tag, task, kv0, q, ktp, kpp, vpp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
 
 
 cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp, real_t* v,
@@ -638,7 +663,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     rows[j] = kbase + (j0 + j) * D
                 if kpp != NULL:  # bf16 K: on the tiles too where the scores are
                     if rnd_t is RoundNone and real_t is float:
-                        fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
+                        fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D, NULL)
                 else:
                     pv_accum_contig(tag, dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
             for r in range(nr):

@@ -55,7 +55,8 @@ cdef extern from "fc_simd.h" nogil:
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
     # fc_amx.h: O += P V beside the bf16 scores (float32 loops, or tiles where the scores take them)
     void fc_pv_bf16v(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
-                     Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
+                     Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
+                     const unsigned int* vpairs)
     # and the backward's dV/dK products there, into accumulators held transposed ([D][keys])
     bint fc_bf16_on_tiles()
     enum: FC_AMX_TN_ROWS   # query rows per call on the tiles, at most
@@ -79,6 +80,7 @@ cdef extern from "fc_simd.h" nogil:
                           Py_ssize_t ldd)
     void fc_pair_rows_bf16(const float* x, Py_ssize_t rows, Py_ssize_t D, unsigned int* out, Py_ssize_t ldo)
     void fc_pack_k_pairs_bf16(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+    void fc_pack_v_pairs_bf16(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
 
     # fc_exp.h: softmax row passes
     bint FC_ROWRED_IN_C
