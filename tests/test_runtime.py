@@ -54,6 +54,10 @@ CHILD = textwrap.dedent("""
 
     if signame == "SIGUSR1":
         signal.signal(signal.SIGUSR1, handler)
+    else:
+        # Python leaves SIGINT ignored when it starts with it ignored (under a background job of a
+        # non-interactive shell, say); at a terminal Ctrl-C reaches the default handler: install it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     sent = {{}}
 
     def fire():
