@@ -234,7 +234,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                 if bf16_pairs:
                     pack_heads_pairs(<float*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, kpp_p, nt)
                 if vpairs:
-                    pack_heads_vpairs(<float*>(v + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, vpp_p, nt)
+                    pack_heads_pairs(<float*>(v + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, vpp_p, nt, True)
             if not bf16_pairs:
                 pack_heads(<real_t*>(k + kv0 * sh.Sk * sh.D), nkv, sh.Sk, sh.D, ktp, nt)
             if naive:

@@ -21,16 +21,24 @@ cdef inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
     return (a + b - 1) // b
 
 
-cdef inline void pack_head_tile(real_t* k, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
-                                Py_ssize_t D, real_t* out) noexcept nogil:
-    # a function of its own so `rows` lives on each OpenMP thread's stack
+cdef inline Py_ssize_t head_tile_rows(real_t* x, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
+                                      Py_ssize_t D, real_t** rows) noexcept nogil:
+    """rows[j] = the row of key j of tile task % ntiles of head task // ntiles in x [heads, Sk, D];
+    returns how many keys the tile has (at most BC)."""
     cdef Py_ssize_t head = task // ntiles, t = task % ntiles, jj, n
-    cdef real_t* rows[BC]
     n = Sk - t * BC
     if n > BC:
         n = BC
     for jj in range(n):
-        rows[jj] = k + (head * Sk + t * BC + jj) * D
+        rows[jj] = x + (head * Sk + t * BC + jj) * D
+    return n
+
+
+cdef inline void pack_head_tile(real_t* k, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
+                                Py_ssize_t D, real_t* out) noexcept nogil:
+    # a function of its own so `rows` lives on each OpenMP thread's stack
+    cdef real_t* rows[BC]
+    cdef Py_ssize_t n = head_tile_rows(k, task, ntiles, Sk, D, rows)
     pack_kt(rows, n, D, out + task * D * BC)
 
 
@@ -42,48 +50,25 @@ cdef void pack_heads(real_t* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, 
         pack_head_tile(k, task, ntiles, Sk, D, out)
 
 
-cdef inline void pack_head_tile_pairs(float* k, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
-                                      Py_ssize_t D, unsigned int* out) noexcept nogil:
-    cdef Py_ssize_t head = task // ntiles, t = task % ntiles, jj, n
+cdef inline void pack_head_tile_pairs(float* x, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
+                                      Py_ssize_t D, unsigned int* out, bint keys_paired) noexcept nogil:
     cdef float* rows[BC]
-    n = Sk - t * BC
-    if n > BC:
-        n = BC
-    for jj in range(n):
-        rows[jj] = k + (head * Sk + t * BC + jj) * D
-    fc_pack_k_pairs_bf16(rows, n, D, out + task * ((D + 1) // 2) * BC)
+    cdef Py_ssize_t n = head_tile_rows(x, task, ntiles, Sk, D, rows)
+    if keys_paired:
+        fc_pack_v_pairs_bf16(rows, n, D, out + task * (BC // 2) * D)
+    else:
+        fc_pack_k_pairs_bf16(rows, n, D, out + task * ((D + 1) // 2) * BC)
 
 
-cdef inline void pack_head_tile_vpairs(float* v, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
-                                       Py_ssize_t D, unsigned int* out) noexcept nogil:
-    cdef Py_ssize_t head = task // ntiles, t = task % ntiles, jj, n
-    cdef float* rows[BC]
-    n = Sk - t * BC
-    if n > BC:
-        n = BC
-    for jj in range(n):
-        rows[jj] = v + (head * Sk + t * BC + jj) * D
-    fc_pack_v_pairs_bf16(rows, n, D, out + task * (BC // 2) * D)
-
-
-cdef void pack_heads_vpairs(float* v, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
-                            int nthreads) noexcept nogil:
-    """bf16-valued V [nheads, Sk, D] -> keys paired per column [nheads][ceil(Sk/BC)][BC/2][D], for
-    the tile P V (fc_pv_bf16v)."""
-    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
-    cdef Py_ssize_t task
-    for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
-        pack_head_tile_vpairs(v, task, ntiles, Sk, D, out)
-
-
-cdef void pack_heads_pairs(float* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
-                           int nthreads) noexcept nogil:
+cdef void pack_heads_pairs(float* x, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
+                           int nthreads, bint keys_paired=False) noexcept nogil:
     """bf16-valued K [nheads, Sk, D] -> bf16 pairs [nheads][ceil(Sk/BC)][ceil(D/2)][BC] for
-    fc_qk_dpbf16."""
+    fc_qk_dpbf16; keys_paired: bf16-valued V -> keys 2k and 2k + 1 paired per column
+    [nheads][ceil(Sk/BC)][BC/2][D] for the tile P V (fc_pv_bf16v)."""
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t task
     for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
-        pack_head_tile_pairs(k, task, ntiles, Sk, D, out)
+        pack_head_tile_pairs(x, task, ntiles, Sk, D, out, keys_paired)
 
 
 cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
@@ -104,7 +89,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     # task -> (kv head kv0 + i, its query head g, query tile); ktp holds the packed K of kv heads from kv0.
     # kpp, when not NULL (bf16 inputs under float32 compute, drive_attention_flash_half), holds
     # them as bf16 pairs instead, and the scores come from fc_qk_dpbf16; vpp, when not NULL (the
-    # tile form), V's keys paired for the tile P V, per kv head from kv0 (pack_heads_vpairs).
+    # tile form), V's keys paired for the tile P V, per kv head from kv0 (pack_heads_pairs).
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t G = sh.Hq // sh.Hkv
