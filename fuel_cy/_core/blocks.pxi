@@ -5,7 +5,7 @@
 # Included after policy.pxi (the policies R, EXP, TANH, the fc_* declarations, and the C GEMM
 # dispatch qk_tile_c / pv_accum_c that policy.pxi includes from the generated _core_dtypes.pxi).
 
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, fabs
 
 cdef enum:
     BC = 128      # keys per packed tile (K^T stored as [D][BC])
@@ -39,11 +39,13 @@ cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, 
     the key tiles up to the last row's hi (a row past the keys' end under a left window, qpos -
     wl > k_len, once sent the backward to a tile after the last one)."""
     cdef Py_ssize_t a = 0, b = o.k_len
-    if o.causal and qpos + 1 < b:
+    # each test is written without a sum that could pass 2**63 for any window or position (the
+    # driver already reads a window past the extents as none; this holds for any value)
+    if o.causal and qpos < b - 1:
         b = qpos + 1
-    if o.wr >= 0 and qpos + o.wr + 1 < b:
+    if o.wr >= 0 and o.wr < b - 1 - qpos:
         b = qpos + o.wr + 1
-    if o.wl >= 0 and qpos - o.wl > a:
+    if o.wl >= 0 and qpos > a + o.wl:
         a = qpos - o.wl
     if a > b:
         a = b
@@ -138,6 +140,14 @@ cdef inline real_t exp_scaled_sum(rnd_t tag, real_t* s, Py_ssize_t n, real_t sca
     return lane_total(tag, lanes)
 
 
+cdef inline bint shift_fusable(real_t m) noexcept nogil:
+    """Whether scale * s - m may take one fused rounding for a row whose max is m (FC_SHIFT)."""
+    if real_t is float:
+        return fabs(m) < FC_FUSED_SHIFT_MAX_F32
+    else:
+        return fabs(m) < FC_FUSED_SHIFT_MAX_F64
+
+
 cdef inline void exp_scaled_lanes(rnd_t tag, real_t* s, Py_ssize_t n, real_t scale, real_t m,
                                   real_t* lanes) noexcept nogil:
     """exp_scaled_sum without its last step: the NL lane partials in lanes (lane_total or
@@ -146,6 +156,13 @@ cdef inline void exp_scaled_lanes(rnd_t tag, real_t* s, Py_ssize_t n, real_t sca
     cdef real_t e
     if exp_lanes_c(tag, s, n, scale, m, lanes):  # a rounded policy's loop on vectors (fc_exp.h)
         return
+    if rnd_t is RoundNone and scale != 1 and not shift_fusable(m):
+        # large scores: rounded first, in a pass of their own (gcc fuses scale * s - m in one
+        # expression, off by hundreds for such scores: FC_SHIFT in fc_math.h; a separate loop
+        # keeps both loops vectorized)
+        for j in range(n):
+            s[j] = scale * s[j]
+        scale = 1
     for l in range(NL):
         lanes[l] = 0
     while j0 + NL <= n:

@@ -151,14 +151,23 @@ cdef inline int _on_main_thread() noexcept:
     return PyThread_get_thread_ident() == _MAIN_THREAD
 
 
-cdef AttnOpts _opts(dict params, Py_ssize_t Sk):
+cdef Py_ssize_t _window(object w, Py_ssize_t extent):
+    """A window as the core holds it: -1 for none, and for one that reaches past every position
+    it could mask (a usize up to 2**64 - 1, validated), so that no index sum near 2**63 wraps."""
+    if w is None or w >= extent:
+        return -1
+    return <Py_ssize_t>w
+
+
+cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk):
     cdef AttnOpts o
     o.scale = params["softmax_scale"]
     o.softcap = params.get("softcap") or 0.0
     o.causal = bool(params.get("causal", False))
-    o.wl = -1 if params.get("window_size_left") is None else params["window_size_left"]
-    o.wr = -1 if params.get("window_size_right") is None else params["window_size_right"]
-    o.k_len = Sk if params.get("k_len") is None else min(<Py_ssize_t>params["k_len"], Sk)
+    # key j is masked for query i when j + left < i (i < Sq) or j > i + right (j < Sk)
+    o.wl = _window(params.get("window_size_left"), Sq)
+    o.wr = _window(params.get("window_size_right"), Sk)
+    o.k_len = Sk if params.get("k_len") is None else min(params["k_len"], Sk)
     o.it = NULL   # set by the driver that owns the call
     return o
 
@@ -174,6 +183,18 @@ cdef Py_ssize_t _kv_chunk(Py_ssize_t per_head, Py_ssize_t itemsize, Py_ssize_t n
 
 cdef enum:
     SMALL_WORK = 1 << 18   # multiply-adds below which a call runs on the calling thread alone
+
+
+cdef extern from "Python.h":
+    Py_ssize_t PY_SSIZE_T_MAX
+
+
+cdef inline Py_ssize_t _sat_mul(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """a * b (both >= 0), saturating at PY_SSIZE_T_MAX: work estimates multiply the dims of
+    several arrays, whose product can pass 2**63 though each array's own size cannot."""
+    if a == 0 or b == 0:
+        return 0
+    return PY_SSIZE_T_MAX if a > PY_SSIZE_T_MAX // b else a * b
 
 
 cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
@@ -195,8 +216,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     if sh.Sk == 0 or sh.D == 0:
         memset(out, 0, nout * sizeof(real_t))
         return
-    nthreads = _threads_for(nthreads, nout * sh.Sk)
-    cdef AttnOpts o = _opts(params, sh.Sk)
+    nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
+    cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
     cdef Py_ssize_t per_head = ntiles * sh.D * BC
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
@@ -258,10 +279,15 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
     if nout == 0:
         return
-    if sh.D == 0 or sh.max_blocks * sh.block_size == 0:
+    cdef Py_ssize_t b
+    sh.max_keys = 0
+    for b in range(sh.B):   # validated: each <= max_blocks * block_size
+        if ctx_lens[b] > sh.max_keys:
+            sh.max_keys = ctx_lens[b]
+    if sh.D == 0 or sh.max_keys == 0:   # every row fully masked: zero
         memset(out, 0, nout * sizeof(real_t))
         return
-    nthreads = _threads_for(nthreads, nout * sh.max_blocks * sh.block_size)
+    nthreads = _threads_for(nthreads, _sat_mul(nout, sh.max_keys))
     paged_split(&sh, nthreads)
     cdef Py_ssize_t ntasks = paged_tasks(&sh)
     cdef Py_ssize_t per_thread = paged_scratch(&sh, kc16 != NULL and rnd_t is not RoundNone)
@@ -290,13 +316,13 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
-    if sh.B * sh.Hq * sh.Sq * sh.Sk * sh.D == 0:
+    if sh.B == 0 or sh.Hq == 0 or sh.Sq == 0 or sh.Sk == 0 or sh.D == 0:  # (each memset is one array's size)
         memset(dq, 0, sh.B * sh.Hq * sh.Sq * sh.D * sizeof(real_t))
         memset(dk, 0, sh.B * sh.Hkv * sh.Sk * sh.D * sizeof(real_t))
         memset(dv, 0, sh.B * sh.Hkv * sh.Sk * sh.D * sizeof(real_t))
         return
-    nthreads = _threads_for(nthreads, sh.B * sh.Hq * sh.Sq * sh.Sk * sh.D)
-    cdef AttnOpts o = _opts(params, sh.Sk)
+    nthreads = _threads_for(nthreads, _sat_mul(sh.B * sh.Hq * sh.Sq * sh.D, sh.Sk))
+    cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
     cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv

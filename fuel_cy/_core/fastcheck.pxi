@@ -113,9 +113,9 @@ cdef bint _fc_paged_ok(dict arrays):
     if cnp.PyArray_DIM(<cnp.ndarray>table, 0) != B or bs <= 0:
         return False
     for b in range(B):
-        if <Py_ssize_t>n[b] > mb * bs:
+        live = (<Py_ssize_t>n[b] + bs - 1) // bs   # blocks it reads; n[b] <= mb * bs without the product
+        if live > mb:
             return False
-        live = (<Py_ssize_t>n[b] + bs - 1) // bs
         for s in range(live):
             if <Py_ssize_t>t[b * mb + s] >= nb:
                 return False

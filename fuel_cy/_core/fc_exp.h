@@ -145,20 +145,29 @@ static inline double fc_row_max16_f64(const double* s, ptrdiff_t n) {
             if (s[i] != s[i]) return s[i];
     return m;
 }
-/* In place s[j] = exp(scale * s[j] - m) (one rounding: fused multiply-subtract); lane l of the
- * result is the partial sum of lane l. */
+/* scale * x - m: one fused multiply-subtract where `fused`, else the product rounded first
+ * (FC_SHIFT in fc_math.h says when which) */
+static inline __m512 fc_shift16(int fused, __m512 vs, __m512 x, __m512 vm) {
+    if (fused) return _mm512_fmsub_ps(vs, x, vm);
+    x = _mm512_mul_ps(vs, x);
+    FC_ROUNDED(x);
+    return _mm512_sub_ps(x, vm);
+}
+/* In place s[j] = exp(scale * s[j] - m) (FC_SHIFT); lane l of the result is the partial sum of
+ * lane l. */
 static inline __m512 fc_exp_acc16(float* s, ptrdiff_t n, float scale, float m) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
+    const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
     __m512 acc = _mm512_setzero_ps();
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16) {
-        __m512 e = fc_exp16(_mm512_fmsub_ps(vs, _mm512_loadu_ps(s + j), vm));
+        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm));
         _mm512_storeu_ps(s + j, e);
         acc = _mm512_add_ps(acc, e);
     }
     if (j < n) {
         __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
-        __m512 e = fc_exp16(_mm512_fmsub_ps(vs, _mm512_maskz_loadu_ps(k, s + j), vm));
+        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm));
         _mm512_mask_storeu_ps(s + j, k, e);
         acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
@@ -209,19 +218,23 @@ static inline fc_vec_f32 fc_expf_v(fc_vec_f32 x) {
 }
 static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
     enum { NV = 16 / FC_W32 };   /* vectors per 16 lanes */
-    fc_vec_f32 acc[NV];
+    fc_vec_f32 acc[NV], x;
     for (int v = 0; v < NV; v++) acc[v] = (fc_vec_f32){0};
+    const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16) {
         for (int v = 0; v < NV; v++) {
-            fc_vec_f32 e = fc_expf_v(scale * fc_load_f32(s + j + v * FC_W32) - m);
+            FC_SHIFT(x, fused, scale, fc_load_f32(s + j + v * FC_W32), m);
+            fc_vec_f32 e = fc_expf_v(x);
             fc_store_f32(s + j + v * FC_W32, e);
             acc[v] += e;
         }
     }
     memcpy(lanes, acc, 64);
     for (int l = 0; j + l < n; l++) {
-        float e = fc_expf(scale * s[j + l] - m);
+        float xs;
+        FC_SHIFT(xs, fused, scale, s[j + l], m);
+        float e = fc_expf(xs);
         s[j + l] = e;
         lanes[l] += e;
     }
@@ -267,19 +280,23 @@ static inline fc_vec_f64 fc_exp_f64_v(fc_vec_f64 x) {
  * (blocks.pxi's exp_scaled_sum). */
 static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scale, double m) {
     enum { NV = 16 / FC_W64 };
-    fc_vec_f64 acc[NV];
+    fc_vec_f64 acc[NV], x;
     for (int v = 0; v < NV; v++) acc[v] = (fc_vec_f64){0};
+    const int fused = fabs(m) < FC_FUSED_SHIFT_MAX_F64;
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16)
         for (int v = 0; v < NV; v++) {
-            fc_vec_f64 e = fc_exp_f64_v(scale * fc_load_f64(s + j + v * FC_W64) - m);
+            FC_SHIFT(x, fused, scale, fc_load_f64(s + j + v * FC_W64), m);
+            fc_vec_f64 e = fc_exp_f64_v(x);
             fc_store_f64(s + j + v * FC_W64, e);
             acc[v] += e;
         }
     double l[16];
     memcpy(l, acc, sizeof l);
     for (int k = 0; j + k < n; k++) {
-        double e = fc_exp_f64(scale * s[j + k] - m);
+        double xs;
+        FC_SHIFT(xs, fused, scale, s[j + k], m);
+        double e = fc_exp_f64(xs);
         s[j + k] = e;
         l[k] += e;
     }

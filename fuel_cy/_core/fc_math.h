@@ -6,6 +6,39 @@
 #include <string.h>
 #include <math.h>
 
+/* The softmax's shift x = scale * s - m, two ways.  gcc contracts the expression into one fused
+ * multiply-subtract at the FMA levels (-ffp-contract=fast): one rounding, where the contract states
+ * two (the score scale * s rounded, then minus the row's max m).  The fused form is off from the
+ * two-step one by up to |m| u (u the unit roundoff), no more than rounding the score moves it, as
+ * long as |m| is moderate: below FC_FUSED_SHIFT_MAX_<T> that is under 2^-12 and the fused form is
+ * kept (the bits of ordinary inputs, one instruction).  Past it the score is rounded first
+ * (FC_ROUNDED: an empty asm that "changes" the product in its register, so it cannot be fused):
+ * for scores of ~1e10 the fused form is off by hundreds, and exp of it gave inf and NaN rows. */
+#define FC_FUSED_SHIFT_MAX_F32 4096.0f                /* 2^12 = 2^-12 / 2^-24 */
+#define FC_FUSED_SHIFT_MAX_F64 2199023255552.0        /* 2^41 = 2^-12 / 2^-53 */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__AVX512F__)
+#define FC_ROUNDED(x) __asm__("" : "+v"(x))
+#else
+#define FC_ROUNDED(x) __asm__("" : "+x"(x))
+#endif
+#elif defined(__GNUC__)
+#define FC_ROUNDED(x) __asm__("" : "+m"(x))
+#else
+#define FC_ROUNDED(x) ((void)0)
+#endif
+/* out = scale * x - m: fused where `fused` (|m| below the type's limit), else in two roundings */
+#define FC_SHIFT(out, fused, scale, x, m)                                                        \
+    do {                                                                                         \
+        if (fused) {                                                                             \
+            (out) = (scale) * (x) - (m);                                                         \
+        } else {                                                                                 \
+            __typeof__(out) fc_p_ = (scale) * (x);                                               \
+            FC_ROUNDED(fc_p_);                                                                   \
+            (out) = fc_p_ - (m);                                                                 \
+        }                                                                                        \
+    } while (0)
+
 static inline uint32_t fc_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float fc_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 

@@ -312,6 +312,8 @@ cdef void naive_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* 
 
 cdef struct PagedShape:
     Py_ssize_t B, Hq, Hkv, Sq, D, block_size, max_blocks, num_blocks
+    Py_ssize_t max_keys         # the longest context (< 2**32): the score rows' extent, never the
+                                # table's capacity max_blocks * block_size, which may pass 2**63
     Py_ssize_t heads_per_task   # kv heads one task serves together (see paged_split)
     Py_ssize_t rows_per_head    # query rows of each of those heads per task (<= G * Sq)
     fc_interrupt* it            # this call's Ctrl-C state, polled between tasks
@@ -350,7 +352,7 @@ cdef inline Py_ssize_t paged_scratch(PagedShape* sh, bint widen_rows) noexcept n
     """Per task: Q rows, O rows, K^T, the score rows, and (widen_rows: math in T on a 16-bit
     pool) a tile's keys or values widened (widen_tile)."""
     cdef Py_ssize_t rows = paged_rows(sh)
-    return (2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_blocks * sh.block_size, BC) * BC
+    return (2 * rows * sh.D + sh.D * BC + rows * ceil_div(sh.max_keys, BC) * BC
             + (sh.heads_per_task * BC * sh.D if widen_rows else 0))
 
 
@@ -398,8 +400,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     float32 compute widened in registers, under math in T a tile's keys or values at a time into
     W (exact, so the same bits as the loops on a widened pool)."""
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, bs = sh.block_size, G = sh.Hq // sh.Hkv
-    cdef Py_ssize_t cap_keys = sh.max_blocks * bs
-    cdef Py_ssize_t Skp = ceil_div(cap_keys, BC) * BC
+    cdef Py_ssize_t Skp = ceil_div(sh.max_keys, BC) * BC
     cdef Py_ssize_t nch = ceil_div(G * Sq, sh.rows_per_head), ngr = ceil_div(sh.Hkv, sh.heads_per_task)
     cdef Py_ssize_t ch = task % nch, gr = (task // nch) % ngr, b = task // (nch * ngr)
     cdef Py_ssize_t hk0 = gr * sh.heads_per_task, nh = sh.Hkv - hk0

@@ -16,6 +16,8 @@ from libc.math cimport tanh, tanhf
 include "_core_dtypes.pxi"
 
 cdef extern from "fc_math.h" nogil:
+    float FC_FUSED_SHIFT_MAX_F32   # |row max| below which the softmax's shift may be fused (fc_math.h)
+    double FC_FUSED_SHIFT_MAX_F64
     float fc_expf(float x)
     double fc_exp_f64(double x)
     float fc_tanh_via_double(float x)

@@ -152,11 +152,18 @@ def param_bool(kernel: str, name: str, value: Any, optional: bool, clause: str, 
     return bool(value)
 
 
+USIZE_MAX = 2**64 - 1  # the contract's usize is the oracle's 64-bit unsigned integer
+
+
 def param_usize(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[int]:
+    """A `usize` param: an integer in [0, 2**64 - 1].  Every value of that range is safe: the core
+    reads one at or above an extent it bounds as that extent (a window of 2**64 - 1 is no window)."""
     if value is None and optional:
         return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < 0:
-        raise InputError(kernel, f"param {name!r}", f"{clause} (kind usize: an integer >= 0)", f"received {value!r}", where)
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral)
+            or not 0 <= int(value) <= USIZE_MAX):
+        raise InputError(kernel, f"param {name!r}", f"{clause} (kind usize: an integer in [0, 2**64 - 1])",
+                         f"received {value!r}", where)
     return int(value)
 
 
