@@ -9,6 +9,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -170,6 +171,45 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     return OK
 
 
+def _module_times(root: Path) -> dict[str, tuple[float, Path]]:
+    """Each compiled module of the checkout: (its file's mtime, the file)."""
+    found = {}
+    for folder in (root / "fuel_cy", root / "fuel_cy" / "_generated"):
+        for path in folder.glob("*.so"):
+            found[path.name.split(".")[0]] = (path.stat().st_mtime, path)
+    return found
+
+
+def _module_inputs(root: Path, name: str) -> list[Path]:
+    """What a compiled module is built from, as setup.py compiles it (for saying why it was rebuilt)."""
+    core, gen = root / "fuel_cy" / "_core", root / "fuel_cy" / "_generated"
+    if name.startswith("_core_"):
+        return [gen / f"{name}.pyx", gen / "_core_dtypes.pxi", gen / "fc_dtypes.h",
+                *sorted(core.glob("*.pxi")), *sorted(core.glob("*.h"))]
+    if name == "_kernels":
+        return [gen / "_kernels.pyx", gen / "_fastcheck_dtypes.pxi", core / "fastcheck.pxi"]
+    return [root / "fuel_cy" / f"{name}.pyx", core / "fc_cpuid.h"]
+
+
+def _build_report(root: Path, before: dict[str, tuple[float, Path]], after: dict[str, tuple[float, Path]],
+                  seconds: float) -> str:
+    """One line: which modules were compiled, why (the inputs newer than the module they replaced),
+    how long it took, and which were up to date."""
+    rebuilt, fresh = [], []
+    for name in sorted(after, key=lambda n: (not n.startswith("_core_"), n)):
+        mtime, _ = after[name]
+        old = before.get(name)
+        if old is not None and old[0] == mtime:
+            fresh.append(name)
+            continue
+        newer = [p.name for p in _module_inputs(root, name) if p.exists() and (old is None or p.stat().st_mtime > old[0])]
+        why = "not built before" if old is None else (", ".join(newer[:4]) + (" …" if len(newer) > 4 else "")
+                                                       + " changed" if newer else "rebuilt by setup.py")
+        rebuilt.append(f"{name} ({why})")
+    done = f"compiled {len(rebuilt)} module(s) in {seconds:.1f} s" + (": " + "; ".join(rebuilt) if rebuilt else "")
+    return done + (f"; up to date: {', '.join(fresh)}" if fresh else "")
+
+
 def cmd_build(ns: argparse.Namespace) -> int:
     from .codegen import generate_all
     from .workspace import build_tools_advice, missing_build_tools, pip_install, workspace
@@ -203,10 +243,14 @@ def cmd_build(ns: argparse.Namespace) -> int:
             print(p, file=sys.stderr)
         print("build refused: nothing was written", file=sys.stderr)
         return PROBLEMS
-    _stage(f"[3/3] compiling the extension ({len(result.changed)} generated file(s) changed; ~1 min on 2 cores)")
+    _stage(f"[3/3] compiling the extension ({len(result.changed)} generated file(s) changed)")
+    before = _module_times(root)
+    started = time.monotonic()
     proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=root,
                           capture_output=True, text=True)
     _done_status()
+    if proc.returncode == 0:
+        print(_build_report(root, before, _module_times(root), time.monotonic() - started), file=sys.stderr)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         print("build failed: the generated sources are current but the extension was not rebuilt "

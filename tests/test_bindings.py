@@ -43,7 +43,11 @@ def _edit_mixed(root, kernel: str, old: str, new: str) -> str:
 
 def test_the_contracts_fit_their_drivers(tmp_path):
     pending = _render(_checkout(tmp_path)).pending
-    assert pending["_core_entries.pxi"].count("drive_attention_flash_half(") == 2
+    # the mixed flash calls the half driver for both of its dtypes, under the float32 policy
+    assert pending["_kernels.pyx"].count("_CORE.call('attention_flash_half', ") == 2
+    assert "_CORE.call('attention_flash_half', 'BF16', True, " in pending["_kernels.pyx"]
+    # and nothing of a contract reaches the per-level cores
+    assert not any("contracts/" in text for name, text in pending.items() if name.startswith("_core_"))
 
 
 SLOPES = '''    - name: alibi_slopes

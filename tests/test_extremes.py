@@ -174,6 +174,25 @@ def test_flash_is_as_right_as_naive_at_huge_scales(dtype, scale, shape):
         assert all(np.isfinite(g).all() for g in (dq, dk, dv))
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("scale", [1e2, 1e9, 1e30])
+def test_math_in_t_flash_matches_naive_at_huge_scales(dtype, scale):
+    """Math in T rounds the scale to T as well: float16 holds no 1e9, so the scale is inf there and
+    every row NaN, in flash as in naive (and in the oracle); bfloat16 holds it."""
+    q = _rng_inputs((1, 2, 300, 64), (1, 2, 300, 64), dtype, seed=7)[0]
+    flash = np.asarray(fuel_cy.attention_flash(q, q, q, softmax_scale=scale), np.float64)
+    naive = np.asarray(fuel_cy.attention_naive(q, q, q, softmax_scale=scale), np.float64)
+    assert np.array_equal(np.isnan(flash), np.isnan(naive))
+    with np.errstate(over="ignore"):
+        in_t = float(np.asarray(np.float32(scale)).astype(dtype))   # inf where T cannot hold it
+    if np.isfinite(in_t) and dtype == ml_dtypes.bfloat16:   # bf16 holds these scores too
+        assert not np.isnan(naive).any()
+    if not np.isfinite(in_t):
+        assert np.isnan(naive).all()
+    finite = ~np.isnan(naive)
+    assert np.abs(flash - naive)[finite].max(initial=0.0) <= 2 * float(ml_dtypes.finfo(dtype).eps)
+
+
 @pytest.mark.parametrize("d", [8, 128])
 def test_f16_range_inputs_at_the_default_scale(d):
     """|x| up to 6e4 (what float16 holds), D = 128: scores near 4e10.  Flash f32, naive and both

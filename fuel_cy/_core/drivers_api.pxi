@@ -1,8 +1,8 @@
-# The binding between the generated entries and the hand-written core: every `drive_*` function
-# that `_core_entries.pxi` calls is defined here, and only these.  Hand-written; included by every
-# `_core_<level>.pyx` after drivers.pxi (the shared machinery: _forward, _paged, _backward) and
-# before the generated entries.  Which kernel calls which driver with which dims is
-# fuel_cy/codegen/cores.py BINDINGS; the entries are templates/cython/_core_entries.pxi.j2.
+# The drivers of the hand-written core: every `drive_*` function that entries.pxi `call` runs is
+# defined here, and only these.  Hand-written; included by every `_core_<level>.pyx` after
+# drivers.pxi (the shared machinery: _forward, _paged, _backward) and before entries.pxi.  Which
+# kernel calls which driver with which dims is fuel_cy/codegen/cores.py BINDINGS; the generated
+# validators (templates/cython/_kernels.pyx.j2) pass them to `call`.
 #
 # Why a .pxi of definitions and not a .pxd of declarations: Cython 3 rejects a cdef function
 # declared without a body in a .pyx or an included .pxi ("Non-extern C function declared but not
@@ -26,7 +26,7 @@
 #   is_f16   (the *_half drivers only) 1 for f16 inputs, 0 for bf16; they take inputs widened
 #            exactly to float, or read in their 16-bit storage (cores.py half_storage)
 #
-# The entries also use these names of drivers.pxi: _data, _dim, _empty_as, _work, _temp, _from_work,
+# entries.pxi also uses these names of drivers.pxi: _data, _dim, _empty_as, _work, _temp, _from_work,
 # cnp (numpy's C API); and the type numbers numpy has no constant for (_FC_NUM_<code>) of the
 # generated _core_dtypes.pxi.
 

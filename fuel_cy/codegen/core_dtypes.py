@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 
 from .. import dtypes as _dtypes_module
 from ..contract.errors import Collector
-from ..dtypes import DType
+from ..dtypes import COMPUTE_F32, DType
 
 DTYPES_FILE = "fuel_cy/dtypes.py"
 TEMPLATES = ("_fastcheck_dtypes.pxi.j2", "_core_dtypes.pxi.j2", "fc_dtypes.h.j2")
@@ -123,6 +123,9 @@ class DTypeLists:
     policies: tuple[Policy, ...]  # every float dtype
     roundings: tuple[Rounding, ...]
     halves: tuple[tuple[str, int], ...]  # (code, is_f16) of each 16-bit float
+    # (code, the float32 policy's tag and work type) of each dtype the float32-compute kernels
+    # take (precision.compute: f32)
+    f32_policies: tuple[Policy, ...] = ()
 
     @property
     def dispatch(self) -> tuple[tuple[str, tuple[Policy, ...]], ...]:
@@ -195,7 +198,11 @@ def dtype_lists(dtypes: Mapping[str, DType], source: str = "") -> DTypeLists:
                                work_types[d.work_ctype].suffix)
                       for d in floats if d.rounding and d.rounds_each_step)
     halves = tuple((d.code, d.half) for d in dtypes.values() if d.half is not None)
-    return DTypeLists(bits, imports, lookups, tags, tuple(work_types.values()), policies, roundings, halves)
+    f32 = COMPUTE_F32.policy
+    assert f32 is not None
+    f32_policies = tuple(Policy(d.code, f32[0], f32[1], c_suffix(d.code)) for d in floats if d.f32_compute)
+    return DTypeLists(bits, imports, lookups, tags, tuple(work_types.values()), policies, roundings, halves,
+                      f32_policies)
 
 
 # ---- does the hand-written core define what the record names? ---------------------------------

@@ -17,7 +17,7 @@ from .files import FileManager
 from .view import Views, build_views
 
 GENERATOR_VERSION = "1"
-TEMPLATES = ("_kernels.pyx.j2", "_kernels.pyi.j2", "_tables.py.j2", "_core_entries.pxi.j2")
+TEMPLATES = ("_kernels.pyx.j2", "_kernels.pyi.j2", "_tables.py.j2")
 LEVEL_TEMPLATE = "_core_level.pyx.j2"
 """Rendered once per known CPU level as `_core_<level>.pyx`; the build compiles the levels it
 targets (setup.py), so what is generated does not depend on the machine."""
@@ -144,7 +144,10 @@ def render(layout: Layout, out_dir: Optional[Path] = None) -> FileManager:
         text = env.get_template(template).render(header=header("#", sources, template), **context)
         fm.add(template[:-3], text)
     for level in all_level_names():
-        text = env.get_template(LEVEL_TEMPLATE).render(header=header("#", sources, LEVEL_TEMPLATE), level=level)
+        # no contract in its header: the level modules read none, and a changed line would
+        # recompile every level for nothing
+        top = header("#", [], LEVEL_TEMPLATE, edit="the hand-written core in fuel_cy/_core/")
+        text = env.get_template(LEVEL_TEMPLATE).render(header=top, level=level)
         fm.add(f"_core_{level}.pyx", text)
     for path in contract_files(layout.contracts) + [layout.contracts / FUSED_OPS_FILE]:
         fm.add(f"contracts/{path.name}", path.read_text(encoding="utf-8"))

@@ -135,6 +135,7 @@ class KernelView:
     half_driver: Optional[str]
     half_storage: tuple[str, ...]
     driver_dim_refs: tuple[tuple[str, int], ...]  # (input, axis) of each dim the driver takes
+    compute_f32: bool  # runs under the float32 policy (precision.compute: f32), not math in T
     dim_symbols: tuple[str, ...]  # every dim symbol of its inputs, in order of first use
     fast: bool  # every input has a typed fast check
     symbol_sources: tuple[tuple[str, str], ...]  # cost symbol -> Python source of its value
@@ -416,6 +417,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         half_storage=binding.half_storage if binding else (),
         # (a dim on no required input: check_bindings refuses to generate; the docs do not need it)
         driver_dim_refs=tuple(dim_source[s] for s in binding.dims if s in dim_source) if binding else (),
+        compute_f32=kernel.precision.compute == "f32",
         dim_symbols=symbols, fast=all(i.fast is not None for i in inputs),
         symbol_sources=_symbol_sources(kernel),
         cost=CostView(**{key: _cost_source(f) for key, f in formulas.items()}),

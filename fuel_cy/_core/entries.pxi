@@ -1,0 +1,143 @@
+# The core's one entry point for the generated glue: `call(driver, code, f32_compute, inputs, dims,
+# params, nthreads)` runs a drive_* function (drivers_api.pxi) under the element policy of `code`.
+# Hand-written; included by every `_core_<level>.pyx` after drivers_api.pxi.
+#
+# Why one declared entry instead of one generated entry per (kernel, dtype): what a contract says
+# (which kernels exist, their dtypes, inputs, dims, messages, costs) then lives only in the
+# validators' module (`_generated/_kernels`), compiled once at baseline flags in seconds; the
+# per-level cores hold the math alone and carry every policy the dtype record defines, so a
+# contract edit, a dtype dropped from an input included, never recompiles them.
+#
+# The convention (codegen/cores.py BINDINGS says which kernel calls which driver with which dims):
+#   driver       a drive_* name of drivers_api.pxi, without the prefix: attention_naive,
+#                attention_flash, attention_paged_naive, attention_flash_backward, or a half
+#                driver (attention_flash_half, attention_paged_half, attention_flash_backward_half)
+#   code         the contract dtype of the float inputs (F32, F64, BF16, F16)
+#   f32_compute  run under the float32 policy (precision.compute: f32) instead of math in T
+#   inputs       the validated arrays in the driver's order (cores.py Driver.inputs); None for an
+#                absent optional input
+#   dims, params, nthreads   as drivers_api.pxi states
+# A 16-bit input (bf16/f16) is widened exactly into a reused temporary (drivers.pxi _work), except
+# the pool of the paged half driver, which reads it in place; outputs are fresh arrays of T.
+
+cdef enum:
+    _DRV_NAIVE = 0
+    _DRV_FLASH = 1
+    _DRV_FLASH_HALF = 2
+    _DRV_PAGED = 3
+    _DRV_PAGED_HALF = 4
+    _DRV_BACKWARD = 5
+    _DRV_BACKWARD_HALF = 6
+
+_DRIVERS = {"attention_naive": _DRV_NAIVE, "attention_flash": _DRV_FLASH, "attention_flash_half": _DRV_FLASH_HALF,
+            "attention_paged_naive": _DRV_PAGED, "attention_paged_half": _DRV_PAGED_HALF,
+            "attention_flash_backward": _DRV_BACKWARD, "attention_flash_backward_half": _DRV_BACKWARD_HALF}
+DRIVERS = tuple(_DRIVERS)   # for the tests: every driver this core can run
+
+
+def call(str driver, str code, bint f32_compute, tuple inputs, tuple dims, dict params, int nthreads):
+    """Run drive_<driver> on validated inputs under the policy of `code` (see the file's header)."""
+    which = _DRIVERS.get(driver)
+    if which is None:
+        raise ValueError(f"fuel_cy core: no driver {driver!r} (this core has {', '.join(DRIVERS)})")
+    result = policy_entry(code, f32_compute, which, inputs, dims, params, nthreads)  # _core_dtypes.pxi
+    if result is NotImplemented:
+        raise ValueError(f"fuel_cy core: drive_{driver} has no policy for {code}"
+                         + (" under float32 compute" if f32_compute else ""))
+    return result
+
+
+cdef inline object _win(object x, object npwork, str code, bint narrow, int nthreads, str slot):
+    """A float input as the drivers read it: widened exactly into the temporary `slot` when it is
+    stored narrower than the work type, else the validated array itself."""
+    if x is None or not narrow:
+        return x
+    return _work(x, npwork, code, nthreads, slot)
+
+
+cdef inline const void* _ptr(object a, int typenum) except? NULL:
+    """The data of a work array (drivers.pxi _data checks it); NULL for an absent optional input."""
+    return NULL if a is None else _data(a, typenum)
+
+
+cdef inline object _out(str slot, object like, object npwork, bint narrow, int typenum):
+    """An output's work array: a reused temporary when it is narrowed to T afterwards, else the
+    fresh array handed out."""
+    return _temp(slot, like.shape, npwork) if narrow else _empty_as(like, typenum)
+
+
+cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple dims, dict params, int nthreads):
+    """`call` under one policy: (tag, real_t) is the policy, `w` only selects real_t."""
+    cdef int is_f16 = half_flag(code)       # _core_dtypes.pxi: -1 unless a 16-bit float
+    cdef bint narrow = is_f16 >= 0          # stored narrower than computed: widened in, rounded out
+    cdef int tn = cnp.NPY_FLOAT32 if real_t is float else cnp.NPY_FLOAT64
+    cdef int u32 = cnp.NPY_UINT32
+    cdef bint halfdrv = driver == _DRV_FLASH_HALF or driver == _DRV_PAGED_HALF or driver == _DRV_BACKWARD_HALF
+    npwork = "float32" if real_t is float else "float64"
+    if halfdrv and not (narrow and real_t is float and (rnd_t is RoundNone or driver == _DRV_PAGED_HALF)):
+        return NotImplemented
+    if driver <= _DRV_FLASH_HALF:
+        q, k, v, s = ins
+        q_a = _win(q, npwork, code, narrow, nthreads, "q")
+        k_a = _win(k, npwork, code, narrow, nthreads, "k")
+        v_a = _win(v, npwork, code, narrow, nthreads, "v")
+        s_a = _win(s, npwork, code, narrow, nthreads, "alibi_slopes")
+        out = _out("out:out", q, npwork, narrow, tn)
+        if driver == _DRV_NAIVE:
+            drive_attention_naive(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
+                                  <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(s_a, tn),
+                                  <real_t*>_ptr(out, tn), dims, params, nthreads)
+        elif driver == _DRV_FLASH:
+            drive_attention_flash(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
+                                  <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(s_a, tn),
+                                  <real_t*>_ptr(out, tn), dims, params, nthreads)
+        else:
+            if rnd_t is RoundNone and real_t is float:
+                drive_attention_flash_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
+                                           <const float*>_ptr(v_a, tn), <const float*>_ptr(s_a, tn),
+                                           <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
+        return _from_work(out, code, nthreads) if narrow else out
+    if driver <= _DRV_PAGED_HALF:
+        q, kc, vc, table, lens, s = ins
+        q_a = _win(q, npwork, code, narrow, nthreads, "q")
+        s_a = _win(s, npwork, code, narrow, nthreads, "alibi_slopes")
+        out = _out("out:out", q, npwork, narrow, tn)
+        if driver == _DRV_PAGED:
+            kc_a = _win(kc, npwork, code, narrow, nthreads, "k_cache")
+            vc_a = _win(vc, npwork, code, narrow, nthreads, "v_cache")
+            drive_attention_paged_naive(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(kc_a, tn),
+                                        <const real_t*>_ptr(vc_a, tn), <const unsigned int*>_ptr(table, u32),
+                                        <const unsigned int*>_ptr(lens, u32), <const real_t*>_ptr(s_a, tn),
+                                        <real_t*>_ptr(out, tn), dims, params, nthreads)
+        else:
+            if real_t is float:  # the pool read in place, in its 16-bit storage
+                h = _np.dtype(_v.NUMPY_DTYPES[code]).num
+                drive_attention_paged_half(tag, <const float*>_ptr(q_a, tn), <const unsigned short*>_ptr(kc, h),
+                                           <const unsigned short*>_ptr(vc, h), <const unsigned int*>_ptr(table, u32),
+                                           <const unsigned int*>_ptr(lens, u32), <const float*>_ptr(s_a, tn),
+                                           <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
+        return _from_work(out, code, nthreads) if narrow else out
+    q, k, v, do, s = ins
+    q_a = _win(q, npwork, code, narrow, nthreads, "q")
+    k_a = _win(k, npwork, code, narrow, nthreads, "k")
+    v_a = _win(v, npwork, code, narrow, nthreads, "v")
+    do_a = _win(do, npwork, code, narrow, nthreads, "do_grad")
+    s_a = _win(s, npwork, code, narrow, nthreads, "alibi_slopes")
+    dq = _out("out:dq", q, npwork, narrow, tn)
+    dk = _out("out:dk", k, npwork, narrow, tn)
+    dv = _out("out:dv", v, npwork, narrow, tn)
+    if driver == _DRV_BACKWARD:
+        drive_attention_flash_backward(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
+                                       <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(do_a, tn),
+                                       <const real_t*>_ptr(s_a, tn), <real_t*>_ptr(dq, tn), <real_t*>_ptr(dk, tn),
+                                       <real_t*>_ptr(dv, tn), dims, params, nthreads)
+    else:
+        if rnd_t is RoundNone and real_t is float:
+            drive_attention_flash_backward_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
+                                                <const float*>_ptr(v_a, tn), <const float*>_ptr(do_a, tn),
+                                                <const float*>_ptr(s_a, tn), <float*>_ptr(dq, tn),
+                                                <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params,
+                                                nthreads, is_f16)
+    if narrow:
+        return _from_work(dq, code, nthreads), _from_work(dk, code, nthreads), _from_work(dv, code, nthreads)
+    return dq, dk, dv
