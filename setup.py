@@ -198,7 +198,7 @@ def extensions() -> list:
         from Cython.Build import cythonize
     except ImportError:
         raise SystemExit(f"building fuel_cy needs Cython: {sys.executable} -m pip install 'Cython>=3.0.8' "
-                         "'setuptools>=68' (`pip install .` fetches its own build tools)") from None
+                         "'setuptools>=77' (`pip install .` fetches its own build tools)") from None
 
     _source_module("codegen.generate").generate_all(ROOT)
     sources = _source_module("codegen.buildinfo").compiled_sources(ROOT)

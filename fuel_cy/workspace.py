@@ -33,7 +33,7 @@ from .errors import UsageError
 PACKAGE_DIR = Path(__file__).resolve().parent
 """The fuel_cy this Python imports (this very package)."""
 
-BUILD_REQUIREMENTS = (("Cython", "Cython", (3, 0, 8)), ("setuptools", "setuptools", (68,)), ("numpy", "numpy", (1, 25)))
+BUILD_REQUIREMENTS = (("Cython", "Cython", (3, 0, 8)), ("setuptools", "setuptools", (77,)), ("numpy", "numpy", (1, 25)))
 """(import name, pip name, minimum version) of what compiling the extension needs, as in
 pyproject.toml's [build-system] requires."""
 

@@ -433,7 +433,7 @@ def test_build_without_cython_says_what_to_run_and_writes_nothing(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert f"Cython is not installed in {sys.executable}" in r.stderr and "Nothing was written." in r.stderr
-    assert f"{sys.executable} -m pip install 'Cython>=3.0.8' 'setuptools>=68'" in r.stderr
+    assert f"{sys.executable} -m pip install 'Cython>=3.0.8' 'setuptools>=77'" in r.stderr
     assert f"cd {proj} && {sys.executable} -m pip install -e ." in r.stderr
     assert _snapshot(proj) == before
     # the same without a C compiler
