@@ -140,6 +140,45 @@ def test_outputs_keep_dtype_and_are_contiguous():
         assert np.array_equal(ft._as_numpy("attention_flash", "out", out, ()), expected)
 
 
+# ---- eager calls skip the dispatcher, traced and differentiated ones do not ------------------------
+
+def _dispatched(fn) -> bool:
+    """Whether a call went through torch's dispatcher as the op fuel_cy::<kernel> (the profiler
+    records every dispatched op; it sets no dispatch mode, so it does not change the path)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return any(e.name.startswith("fuel_cy::") for e in prof.events())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_eager_call_without_gradient_goes_straight_to_the_kernel(dtype):
+    q, k, v = (t.detach() for t in qkv(1, 4, 2, 3, 7, 8, dtype))
+    name = "attention_flash" if dtype == torch.float32 else "attention_flash_mixed"
+    direct = getattr(ft, name)
+    op = getattr(torch.ops.fuel_cy, name)
+    assert not _dispatched(lambda: direct(q, k, v, causal=True))
+    assert not _dispatched(lambda: direct(q=q, k=k, v=v, causal=True))   # inputs by keyword
+    assert _dispatched(lambda: op(q, k, v, causal=True))
+    # the same kernel either way: the same bits
+    assert torch.equal(direct(q, k, v, causal=True).view(torch.int16 if dtype == torch.bfloat16 else dtype),
+                       op(q, k, v, causal=True).view(torch.int16 if dtype == torch.bfloat16 else dtype))
+    # a tensor that requires grad goes through the op (autograd records it), unless grad is off
+    qg = q.clone().requires_grad_()
+    assert _dispatched(lambda: direct(qg, k, v))
+    with torch.no_grad():
+        assert not _dispatched(lambda: direct(qg, k, v))
+        assert direct(qg, k, v).grad_fn is None
+
+
+def test_fake_tensors_still_reach_the_fake_implementation():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q, k = torch.empty(1, 4, 3, 8), torch.empty(1, 2, 7, 8)
+        out = ft.attention_flash(q, k, k)
+    assert out.shape == (1, 4, 3, 8) and type(out) is not torch.Tensor
+
+
 # ---- errors -----------------------------------------------------------------------------------
 
 def test_non_cpu_and_non_tensor_inputs_are_rejected_with_kernel_and_input():
