@@ -31,7 +31,7 @@ SUITES = ["tests/test_kernels_forward.py", "tests/test_paged_and_backward.py", "
 MUTANTS: dict[str, list[tuple[str, str, str]]] = {
     "ignore-window-left": [(
         "fuel_cy/_core/drivers.pxi",
-        'o.wl = -1 if params.get("window_size_left") is None else params["window_size_left"]',
+        'o.wl = _window(params.get("window_size_left"), max(shift + Sq, 0))',
         "o.wl = -1")],
     "window-left-off-by-one": [(
         "fuel_cy/_core/blocks.pxi",
@@ -43,7 +43,7 @@ MUTANTS: dict[str, list[tuple[str, str, str]]] = {
         'o.scale = params["softmax_scale"] * 1.1')],
     "drop-k-len": [(
         "fuel_cy/_core/drivers.pxi",
-        'o.k_len = Sk if params.get("k_len") is None else min(<Py_ssize_t>params["k_len"], Sk)',
+        'o.k_len = Sk if params.get("k_len") is None else min(params["k_len"], Sk)',
         "o.k_len = Sk")],
     # naive and backward start at the first key tile a query tile can see; start one later
     "skip-leading-tile-naive-backward": [(
