@@ -7,9 +7,11 @@ a kernel added to a contract appears here with no code.
 
 How a call is split, from the contract's dim symbols (``KernelEntry.dims``):
 
-- an input whose first dim is the first input's (``B`` of ``q``) is *batched*: it is cut at q's
-  batch chunks and kept whole along its other axes (``q``, ``k``, ``v``, ``do_grad``,
-  ``block_table``, ``context_lens``);
+- an input whose first dim is the first input's batch (``B`` of ``q``) is *batched*: it is cut at
+  q's batch chunks and kept whole along its other axes (``q``, ``k``, ``v``, ``do_grad``,
+  ``block_table``, ``context_lens``); a kernel whose first input has no batch dim first
+  (``attention_varlen``'s packed ``q [Tq, Hq, D]``, whose sequences the offsets define) runs as
+  one task on whole inputs;
 - every other input goes *whole* to every task (the paged pool ``k_cache``/``v_cache``,
   ``alibi_slopes``): it is one key of the graph, so each worker receives it once;
 - params pass through unchanged; outputs follow q's batch chunks, and a bundle kernel (backward)
@@ -40,6 +42,7 @@ from fuel_cy.runtime._validation import has_start_offset  # the kernels' own off
 from fuel_cy.runtime.registry import KernelEntry, registry
 
 Result = Union[da.Array, tuple[da.Array, ...]]
+BATCH_DIM = "B"  # the contracts' batch symbol: the one dim a call is split along
 
 
 def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
@@ -62,9 +65,13 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
                                      f"a Dask array of unknown chunk sizes, shape {x.shape}; "
                                      f"call {name}.compute_chunk_sizes() first")
     batch = entry.dims[entry.inputs[0]][0]
-    batched = {name for name in entry.inputs if entry.dims[name][:1] == (batch,)}
+    # only a batch dim splits: packed rows (attention_varlen's Tq) belong to sequences that the
+    # offsets define, so such a kernel runs as one task on whole inputs
+    batched = ({name for name in entry.inputs if entry.dims[name][:1] == (batch,)} if batch == BATCH_DIM
+               else set())
 
-    probe = entry.fn(*(_probe(values[name], name in batched) for name in entry.inputs), **params)
+    empty = batched or _packed_rows(entry)   # the inputs a probe gives no rows
+    probe = entry.fn(*(_probe(values[name], name in empty) for name in entry.inputs), **params)
     metas: tuple[np.ndarray, ...] = probe if entry.bundle else (probe,)
 
     arrays = {name: x if isinstance(x, da.Array) else da.from_array(x, chunks=-1)
@@ -75,7 +82,7 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
             raise fuel_cy.InputError(kernel, f"input {name!r}", f"dims: dim {batch} is shared",
                                      f"{name}.shape[0] = {arrays[name].shape[0]} but "
                                      f"{entry.inputs[0]}.shape[0] = {first.shape[0]}")
-    splits = first.chunks[0]
+    splits = first.chunks[0] if batched else (first.shape[0],)
     blocks: dict[str, list[Any]] = {}  # input name -> its block for each task
     for name, x in arrays.items():
         if name in batched:
@@ -96,16 +103,29 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
     return results if entry.bundle else results[0]
 
 
-def _probe(x: Any, batched: bool) -> Any:
-    """An uninitialised stand-in for ``x`` with a batch of 0: the kernel checks it and computes nothing.
+OFFSETS_PREFIX = "cu_seqlens_"  # cu_seqlens_<input>: B + 1 offsets into <input>'s rows (flash-attn's name)
 
-    A whole input keeps its shape; np.empty reserves address space the probe never touches.
+
+def _packed_rows(entry: KernelEntry) -> set[str]:
+    """The inputs of packed sequences (rows that offsets ``cu_seqlens_<input>`` cut) and those
+    sharing their row dim: a probe gives them 0 rows and all-zero offsets, a valid empty call."""
+    row_dims = {entry.dims[name[len(OFFSETS_PREFIX):]][0] for name in entry.inputs
+                if name.startswith(OFFSETS_PREFIX) and name[len(OFFSETS_PREFIX):] in entry.dims}
+    return {name for name in entry.inputs if entry.dims[name][:1] and entry.dims[name][0] in row_dims}
+
+
+def _probe(x: Any, batched: bool) -> Any:
+    """A stand-in for ``x`` with a batch (or packed rows) of 0: the kernel checks it and computes
+    nothing.
+
+    A whole input keeps its shape; np.empty reserves address space the probe never touches, and
+    integer inputs are zeros (offsets, lengths, block ids that every rule on values admits).
     Anything but an array goes to the kernel as it is, to be rejected with the kernel's message.
     """
     if not isinstance(x, (np.ndarray, da.Array)):
         return x
     shape = (0, *x.shape[1:]) if batched and x.ndim else x.shape
-    return np.empty(shape, x.dtype)
+    return np.empty(shape, x.dtype) if np.dtype(x.dtype).kind == "f" else np.zeros(shape, x.dtype)
 
 
 def _run(kernel: str, params: dict[str, Any], items: tuple[int, int],

@@ -95,12 +95,13 @@ COMPUTE_F32 = DTYPES["F32"]
 
 def policy(compute: str, code: str) -> Optional[tuple[str, str, str]]:
     """The element policy (rounding tag, C work type, numpy work dtype) a dtype runs under.
-    compute "T": every step rounded to the element type; "f32": half inputs widened exactly and
-    every step in float32 (the float32 policy), outputs rounded once to T when narrowed.  None:
-    no policy (an integer dtype, or float64 under "f32", which has no float32-math meaning)."""
+    compute "T": every step rounded to the element type; "f32": no arithmetic narrower than
+    float32: half inputs widened exactly and every step in float32 (the float32 policy), outputs
+    rounded once to T when narrowed, and a dtype wider than float32 (float64) in its own type.
+    None: no policy (an integer dtype)."""
     d = DTYPES[code]
-    if compute == "f32":
-        return COMPUTE_F32.policy if d.f32_compute else None
+    if compute == "f32" and d.f32_compute:
+        return COMPUTE_F32.policy
     return d.policy
 
 

@@ -84,6 +84,25 @@ def test_a_contract_that_no_longer_fits_its_driver_is_a_located_error(tmp_path, 
     assert not (root / "out").exists()  # nothing written
 
 
+@pytest.mark.parametrize("replacement, message", [
+    ("", "whose masks are aligned bottom_right; the contract declares top_left"),   # the default
+    ("mask_alignment: sideways", "one of top_left, bottom_right"),
+])
+def test_the_mask_alignment_is_the_drivers(tmp_path, replacement, message):
+    """The varlen driver aligns its masks bottom-right: a contract that says otherwise (or says it
+    wrong) is refused at its line, so the docs' pictures never show a mask the kernel does not use."""
+    root = _checkout(tmp_path)
+    path = root / "contracts" / "fuel-cy-model.md"
+    text = path.read_text()
+    line = "mask_alignment: bottom_right # query i of a sequence sits at key position i + lk - lq\n"
+    assert line in text
+    path.write_text(text.replace(line, replacement + "\n" if replacement else ""))
+    with pytest.raises(ContractError) as info:
+        _render(root)
+    (p,) = info.value.problems
+    assert p.keypath.endswith("mask_alignment") and message in p.message and p.path.endswith("fuel-cy-model.md")
+
+
 def test_dims_the_driver_takes_must_be_on_required_inputs(canonical_text):
     doc = parse_document(canonical_text, "x.md")
     kernel = doc.kernel("attention_flash")

@@ -24,8 +24,10 @@ SIZES = {"B": 5, "Hq": 4, "Hkv": 2, "Sq": 3, "Sk": 7, "D": 8, "num_blocks": 12, 
          "max_blocks_per_seq": 3}
 CHUNKS = (2, 2, 1)
 CONTEXT_LENS = [12, 5, 9, 1, 11]  # 1 < Sq: fully masked rows are part of the contract too
-# each kernel in its first dtype (f32, or bf16 for the mixed ones), plus f64 and f16 once
-CASES = [(name, e.dtypes[0]) for name, e in fuel_cy.registry.items()] + [
+# each kernel with a batch dim in its first dtype (f32, or bf16 for the mixed ones), plus f64 and f16
+# once; a kernel over packed sequences (no batch dim first) runs as one task (its own test below)
+BATCHED = [name for name, e in fuel_cy.registry.items() if e.dims[e.inputs[0]][0] == "B"]
+CASES = [(name, fuel_cy.registry[name].dtypes[0]) for name in BATCHED] + [
     ("attention_flash", "F64"), ("attention_paged_mixed", "F16")]
 
 
@@ -92,7 +94,7 @@ def test_every_kernel_is_bitwise_one_local_call(client, kernel, dtype):
         assert same_bits(g, w)
 
 
-@pytest.mark.parametrize("kernel", list(fuel_cy.registry))
+@pytest.mark.parametrize("kernel", BATCHED)
 def test_a_batch_item_does_not_depend_on_its_batch(client, kernel):
     # each (b, h) of the B = 5 call on the cluster equals the same item computed alone with B = 1
     entry = fuel_cy.registry[kernel]
@@ -204,3 +206,17 @@ def test_import_fuel_cy_does_not_import_dask():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_packed_sequences_run_as_one_task_with_the_local_bits(client):
+    """attention_varlen's q [Tq, Hq, D] has no batch dim: its rows belong to the sequences the
+    offsets define, so the call is one task on whole inputs (q chunked or not), bitwise one local call."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((30, 4, 8), (50, 2, 8), (50, 2, 8)))
+    cu_q, cu_k = np.array([0, 10, 10, 30], np.uint32), np.array([0, 20, 25, 50], np.uint32)
+    lazy = fd.attention_varlen(da.from_array(q, chunks=(7, 4, 8)), k, v, cu_q, cu_k, causal=True)
+    assert lazy.chunks[0] == (30,)
+    kernel_tasks = [key for key in dict(lazy.__dask_graph__()) if str(key).startswith("_run-")]
+    assert len(kernel_tasks) == 1
+    assert same_bits(client.compute(lazy).result(), fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True))
+

@@ -91,6 +91,9 @@ def _opcheck_cases():
         yield f"attention_paged{suffix or '_naive'}", (torch.randn(2, 2, 1, 4).to(dtype), pool.to(dtype),
                                                       pool.to(dtype), table, lens), {}
     yield "attention_naive", (x, kv, kv), {"window_size_left": 1}
+    yield "attention_varlen", (torch.randn(9, 2, 4), torch.randn(12, 1, 4), torch.randn(12, 1, 4),
+                               torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 7, 12], dtype=torch.int32)), \
+        {"causal": True}
 
 
 OPCHECK = {name: (args, kwargs) for name, args, kwargs in _opcheck_cases()}

@@ -33,6 +33,10 @@ def _inputs(kernel, dtype=None, overrides=None):
         shape = tuple(_value(s, overrides) for s in spec.dims)
         code = dtype if spec.is_float else spec.dtypes[0]
         arrays.append(np.full(shape, 0.5 if spec.is_float else 0, dtype=NUMPY_DTYPES[code]))
+    by_name = {spec.name: a for spec, a in zip(kernel.inputs, arrays)}
+    for cu, rows_of in (("cu_seqlens_q", "q"), ("cu_seqlens_k", "k")):  # varlen: offsets ending at the rows
+        if cu in by_name and by_name[cu].size and by_name[rows_of].ndim:
+            by_name[cu][-1] = by_name[rows_of].shape[0]
     return arrays
 
 

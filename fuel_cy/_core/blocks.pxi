@@ -29,6 +29,8 @@ cdef struct AttnOpts:
     Py_ssize_t wl     # window_size_left, -1 => none
     Py_ssize_t wr     # window_size_right, -1 => none
     Py_ssize_t k_len  # live key prefix (Sk when None)
+    Py_ssize_t shift  # query row i sits at key position i + shift for the masks (0: top-left;
+                      # Sk - Sq: bottom-right, attention_varlen's per-sequence alignment)
     fc_interrupt* it  # this call's Ctrl-C state, polled between tasks
 
 
@@ -39,6 +41,7 @@ cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, 
     the key tiles up to the last row's hi (a row past the keys' end under a left window, qpos -
     wl > k_len, once sent the backward to a tile after the last one)."""
     cdef Py_ssize_t a = 0, b = o.k_len
+    qpos += o.shift   # the key position the query sits at (may be < 0 under a bottom-right shift)
     # each test is written without a sum that could pass 2**63 for any window or position (the
     # driver already reads a window past the extents as none; this holds for any value)
     if o.causal and qpos < b - 1:
@@ -47,6 +50,8 @@ cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, 
         b = qpos + o.wr + 1
     if o.wl >= 0 and qpos > a + o.wl:
         a = qpos - o.wl
+    if b < 0:     # a query before every key (bottom-right, more queries than keys): none
+        b = 0
     if a > b:
         a = b
     lo[0] = a

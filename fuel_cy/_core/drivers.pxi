@@ -13,7 +13,7 @@ import numpy as _np
 cimport numpy as cnp
 from cpython.pythread cimport PyThread_get_thread_ident
 from cython.parallel cimport prange
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from fuel_cy.runtime import _validation as _v
 
@@ -159,14 +159,17 @@ cdef Py_ssize_t _window(object w, Py_ssize_t extent):
     return <Py_ssize_t>w
 
 
-cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk):
+cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=0):
+    """shift: query row i sits at key position p = i + shift (0: top-left; Sk - Sq: bottom-right)."""
     cdef AttnOpts o
     o.scale = params["softmax_scale"]
     o.softcap = params.get("softcap") or 0.0
     o.causal = bool(params.get("causal", False))
-    # key j is masked for query i when j + left < i (i < Sq) or j > i + right (j < Sk)
-    o.wl = _window(params.get("window_size_left"), Sq)
-    o.wr = _window(params.get("window_size_right"), Sk)
+    o.shift = shift
+    # key j is masked for the position p when j + left < p (p < shift + Sq) or j > p + right
+    # (j < Sk, p >= shift): a window past every such position masks nothing
+    o.wl = _window(params.get("window_size_left"), max(shift + Sq, 0))
+    o.wr = _window(params.get("window_size_right"), max(Sk - shift, 0))
     o.k_len = Sk if params.get("k_len") is None else min(params["k_len"], Sk)
     o.it = NULL   # set by the driver that owns the call
     return o
@@ -205,9 +208,9 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
 
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
                      real_t* out, tuple dims, dict params, int nthreads, bint naive,
-                     bint bf16_pairs=False):
+                     bint bf16_pairs=False, Py_ssize_t shift=0):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
-    fc_amx.h)."""
+    fc_amx.h).  shift: the masks' alignment (_opts)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
@@ -217,7 +220,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         memset(out, 0, nout * sizeof(real_t))
         return
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
-    cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk)
+    cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
     cdef Py_ssize_t per_head = ntiles * sh.D * BC
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
@@ -359,3 +362,53 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
             kv0 += nkv
     fc_interrupt_raise(&it)
 
+
+cdef void _gather_heads(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D,
+                        real_t* out) noexcept nogil:
+    """Rows row0 .. row0 + n of a packed [T, H, D] array as [H, n, D] (one sequence of a varlen batch)."""
+    cdef Py_ssize_t h, i
+    for h in range(H):
+        for i in range(n):
+            memcpy(out + (h * n + i) * D, x + ((row0 + i) * H + h) * D, D * sizeof(real_t))
+
+
+cdef void _scatter_heads(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D,
+                         real_t* out) noexcept nogil:
+    """_gather_heads' inverse: [H, n, D] into rows row0 .. row0 + n of a packed [T, H, D] array."""
+    cdef Py_ssize_t h, i
+    for h in range(H):
+        for i in range(n):
+            memcpy(out + ((row0 + i) * H + h) * D, x + (h * n + i) * D, D * sizeof(real_t))
+
+
+cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned int* cu_q,
+                    const unsigned int* cu_k, real_t* out, tuple dims, dict params, int nthreads,
+                    bint bf16_pairs):
+    """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
+    cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and cu_k[b] .. cu_k[b + 1] of k, v [Tk, Hkv, D],
+    its masks aligned to the bottom-right of its own block (query i at key position i + lk - lq).
+    Each sequence is gathered into [Hq, lq, D] / [Hkv, lk, D] work arrays and runs the flash
+    forward (the validators checked cu_q and cu_k: from 0, non-decreasing, to Tq and Tk)."""
+    cdef Py_ssize_t Tq, Tk, B1, Hq, Hkv, D
+    Tq, Tk, B1, Hq, Hkv, D = dims
+    cdef Py_ssize_t b, q0, k0, lq, lk
+    if Tq * Hq * D == 0:
+        return
+    memset(out, 0, Tq * Hq * D * sizeof(real_t))   # the rows of sequences with no key stay 0
+    dt = _np.float32 if real_t is float else _np.float64
+    for b in range(B1 - 1):
+        q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
+        k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
+        if lq == 0 or lk == 0:
+            continue
+        qb = _temp("varlen:q", (Hq * lq * D,), dt)
+        kb = _temp("varlen:k", (Hkv * lk * D,), dt)
+        vb = _temp("varlen:v", (Hkv * lk * D,), dt)
+        ob = _temp("varlen:out", (Hq * lq * D,), dt)
+        _gather_heads(q, q0, lq, Hq, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>qb))
+        _gather_heads(k, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>kb))
+        _gather_heads(v, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb))
+        _forward(tag, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>qb), <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>kb),
+                 <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), NULL, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>ob),
+                 (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq)
+        _scatter_heads(<const real_t*>cnp.PyArray_DATA(<cnp.ndarray>ob), q0, lq, Hq, D, out)

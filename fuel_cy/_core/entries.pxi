@@ -10,8 +10,9 @@
 #
 # The convention (codegen/cores.py BINDINGS says which kernel calls which driver with which dims):
 #   driver       a drive_* name of drivers_api.pxi, without the prefix: attention_naive,
-#                attention_flash, attention_paged_naive, attention_flash_backward, or a half
-#                driver (attention_flash_half, attention_paged_half, attention_flash_backward_half)
+#                attention_flash, attention_paged_naive, attention_flash_backward, attention_varlen,
+#                or a half driver (attention_flash_half, attention_paged_half,
+#                attention_flash_backward_half, attention_varlen_half)
 #   code         the contract dtype of the float inputs (F32, F64, BF16, F16)
 #   f32_compute  run under the float32 policy (precision.compute: f32) instead of math in T
 #   inputs       the validated arrays in the driver's order (cores.py Driver.inputs); None for an
@@ -28,10 +29,13 @@ cdef enum:
     _DRV_PAGED_HALF = 4
     _DRV_BACKWARD = 5
     _DRV_BACKWARD_HALF = 6
+    _DRV_VARLEN = 7
+    _DRV_VARLEN_HALF = 8
 
 _DRIVERS = {"attention_naive": _DRV_NAIVE, "attention_flash": _DRV_FLASH, "attention_flash_half": _DRV_FLASH_HALF,
             "attention_paged_naive": _DRV_PAGED, "attention_paged_half": _DRV_PAGED_HALF,
-            "attention_flash_backward": _DRV_BACKWARD, "attention_flash_backward_half": _DRV_BACKWARD_HALF}
+            "attention_flash_backward": _DRV_BACKWARD, "attention_flash_backward_half": _DRV_BACKWARD_HALF,
+            "attention_varlen": _DRV_VARLEN, "attention_varlen_half": _DRV_VARLEN_HALF}
 DRIVERS = tuple(_DRIVERS)   # for the tests: every driver this core can run
 
 
@@ -72,7 +76,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     cdef bint narrow = is_f16 >= 0          # stored narrower than computed: widened in, rounded out
     cdef int tn = cnp.NPY_FLOAT32 if real_t is float else cnp.NPY_FLOAT64
     cdef int u32 = cnp.NPY_UINT32
-    cdef bint halfdrv = driver == _DRV_FLASH_HALF or driver == _DRV_PAGED_HALF or driver == _DRV_BACKWARD_HALF
+    cdef bint halfdrv = (driver == _DRV_FLASH_HALF or driver == _DRV_PAGED_HALF or driver == _DRV_BACKWARD_HALF
+                         or driver == _DRV_VARLEN_HALF)
     npwork = "float32" if real_t is float else "float64"
     if halfdrv and not (narrow and real_t is float and (rnd_t is RoundNone or driver == _DRV_PAGED_HALF)):
         return NotImplemented
@@ -116,6 +121,24 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                            <const unsigned short*>_ptr(vc, h), <const unsigned int*>_ptr(table, u32),
                                            <const unsigned int*>_ptr(lens, u32), <const float*>_ptr(s_a, tn),
                                            <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
+        return _from_work(out, code, nthreads) if narrow else out
+    if driver >= _DRV_VARLEN:
+        q, k, v, cu_q, cu_k = ins
+        q_a = _win(q, npwork, code, narrow, nthreads, "q")
+        k_a = _win(k, npwork, code, narrow, nthreads, "k")
+        v_a = _win(v, npwork, code, narrow, nthreads, "v")
+        out = _out("out:out", q, npwork, narrow, tn)
+        if driver == _DRV_VARLEN:
+            drive_attention_varlen(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
+                                   <const real_t*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
+                                   <const unsigned int*>_ptr(cu_k, u32), <real_t*>_ptr(out, tn), dims, params,
+                                   nthreads)
+        else:
+            if rnd_t is RoundNone and real_t is float:
+                drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
+                                            <const float*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
+                                            <const unsigned int*>_ptr(cu_k, u32), <float*>_ptr(out, tn), dims,
+                                            params, nthreads, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
     q, k, v, do, s = ins
     q_a = _win(q, npwork, code, narrow, nthreads, "q")

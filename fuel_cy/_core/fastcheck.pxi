@@ -122,14 +122,35 @@ cdef bint _fc_paged_ok(dict arrays):
     return True
 
 
+cdef bint _fc_offsets_ok(object cu, object rows_of) noexcept:
+    """cu is B + 1 >= 1 offsets from 0, non-decreasing, ending at rows_of.shape[0]."""
+    if not (_fc_u32_c(cu, 1) and cnp.PyArray_Check(rows_of) and cnp.PyArray_NDIM(<cnp.ndarray>rows_of) >= 1):
+        return False
+    cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>cu, 0), b
+    cdef const unsigned int* c = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu)
+    if n == 0 or c[0] != 0 or <Py_ssize_t>c[n - 1] != cnp.PyArray_DIM(<cnp.ndarray>rows_of, 0):
+        return False
+    for b in range(1, n):
+        if c[b] < c[b - 1]:
+            return False
+    return True
+
+
+cdef bint _fc_cu_seqlens_ok(dict arrays) noexcept:
+    """The typed copy of _prose_checks._cu_seqlens."""
+    return (_fc_offsets_ok(arrays["cu_seqlens_q"], arrays["q"])
+            and _fc_offsets_ok(arrays["cu_seqlens_k"], arrays["k"]))
+
+
 # Each Python rule with a typed copy, by identity; a driver is typed when every rule RULES lists
 # for it has one (so a rule added in Python without a typed copy turns its driver's typed path off)
 cdef enum:
     _FC_RULE_SOFTCAP = 1
     _FC_RULE_K_LEN = 2
     _FC_RULE_PAGED = 3
+    _FC_RULE_CU_SEQLENS = 4
 _FC_RULE_COPIES = {_fc_prose._softcap: _FC_RULE_SOFTCAP, _fc_prose._k_len: _FC_RULE_K_LEN,
-                   _fc_prose._paged: _FC_RULE_PAGED}
+                   _fc_prose._paged: _FC_RULE_PAGED, _fc_prose._cu_seqlens: _FC_RULE_CU_SEQLENS}
 _FC_DRIVER_RULES = {d: tuple(_FC_RULE_COPIES[r] for r in rules) for d, rules in _fc_prose.RULES.items()
                     if all(r in _FC_RULE_COPIES for r in rules)}
 _FC_TYPED = frozenset(_FC_DRIVER_RULES)
@@ -146,6 +167,9 @@ cdef bint _fc_prose_ok(str driver, dict arrays, dict params):
                 return False
         elif rule == _FC_RULE_K_LEN:
             if not _fc_k_len_ok(arrays, params):
+                return False
+        elif rule == _FC_RULE_CU_SEQLENS:
+            if not _fc_cu_seqlens_ok(arrays):
                 return False
         elif not _fc_paged_ok(arrays):
             return False

@@ -151,7 +151,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         nc = kend - j0
         if nc > BC:
             nc = BC
-        cls = tile_class(i0, ilast, j0, j0 + nc - 1, o)
+        cls = tile_class(i0, ilast, j0, j0 + nc - 1, o)   # (positions shift inside: admissible_range)
         if cls == 0:
             continue
         # Tiles with nothing but a positive scale take a fused path: the row max of the raw dots
@@ -164,8 +164,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         # where R(-0 + R(0 * v)) can be +0.
         plain = (cap == 0 and slopes == NULL and scale > 0
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
-        if rnd_t is RoundNone and plain and cls == 1 and ilast + 1 - j0 < nc:
-            nc = ilast + 1 - j0
+        if rnd_t is RoundNone and plain and cls == 1 and ilast + o.shift + 1 - j0 < nc:
+            nc = ilast + o.shift + 1 - j0
         if kpp != NULL:
             if rnd_t is RoundNone and real_t is float:
                 fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
@@ -175,7 +175,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             srow = S + r * BC
             nrow = nc
             if plain and cls == 1:
-                nrow = i0 + r * pstep + 1 - j0
+                nrow = i0 + r * pstep + o.shift + 1 - j0
                 nrow = 0 if nrow < 0 else (nc if nrow > nc else nrow)
             if plain:
                 mt = R(tag, scale * row_max(srow, nrow)) if nrow > 0 else -INFINITY
@@ -428,6 +428,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     o.causal = 1
     o.wl = -1
     o.wr = -1
+    o.shift = 0   # the paged rows carry their absolute positions themselves (qp below)
     o.k_len = kend
     zero(Qs, nh * nr4 * D)
     zero(O, nh * nr4 * D)

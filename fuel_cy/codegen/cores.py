@@ -37,6 +37,7 @@ class Driver:
     inputs: tuple[DriverInput, ...]
     outputs: tuple[str, ...]
     params: tuple[str, ...]  # the params it requires (the others it reads with params.get)
+    mask_alignment: str = "top_left"  # where its causal masks and windows put query i (contract schema)
 
 
 _SLOPES = DriverInput("alibi_slopes", "T", optional=True)
@@ -53,6 +54,11 @@ BACKWARD = Driver("attention_flash_backward", FORWARD_DIMS,
                   (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"), DriverInput("do_grad", "T"),
                    _SLOPES),
                   ("dq", "dk", "dv"), ("softmax_scale",))
+
+VARLEN = Driver("attention_varlen", ("Tq", "Tk", "B1", "Hq", "Hkv", "D"),
+                (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
+                 DriverInput("cu_seqlens_q", "U32"), DriverInput("cu_seqlens_k", "U32")),
+                ("out",), ("softmax_scale",), mask_alignment="bottom_right")
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,9 @@ BINDINGS: Mapping[str, CoreBinding] = {
     "attention_flash_mixed": CoreBinding(FLASH, half_driver="attention_flash_half"),
     "attention_paged_mixed": CoreBinding(PAGED, half_driver="attention_paged_half", half_storage=("k_cache", "v_cache")),
     "attention_flash_backward_mixed": CoreBinding(BACKWARD, half_driver="attention_flash_backward_half"),
+    # the model-facing kernels (contracts/fuel-cy-model.md): f32/f64 in their own type, bf16/f16
+    # under the float32 policy with the bf16 scores of attention_flash_half
+    "attention_varlen": CoreBinding(VARLEN, half_driver="attention_varlen_half"),
 }
 """Kernel name -> its binding.  A kernel not listed gets a stub that raises NotImplementedError."""
 
@@ -111,6 +120,9 @@ def check_binding(kernel: Kernel, binding: CoreBinding, report: Callable[[str, s
     for name in d.params:
         if name not in params:
             report("op_params.fields", f"{bound}, which reads the param {name!r}; the contract has none")
+    if kernel.mask_alignment != d.mask_alignment:
+        report("mask_alignment", f"{bound}, whose masks are aligned {d.mask_alignment}; the contract declares "
+                                 f"{kernel.mask_alignment}")
     names = {s.name for s in kernel.inputs}
     for name in binding.half_storage:
         if name not in names:

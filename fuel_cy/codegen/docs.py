@@ -62,10 +62,12 @@ def _wiring(kernel_name: str, exec_arm: Any, exec_dtypes: list) -> str:
 # ---- masks as pictures -----------------------------------------------------------------------
 
 def admissible(i: int, j: int, causal: bool = False, left: Optional[int] = None, right: Optional[int] = None,
-               k_len: Optional[int] = None) -> bool:
-    """The contract's position_admissible, as site/semantics.md states it (top-left causal)."""
-    return not ((causal and j > i) or (left is not None and j + left < i)
-                or (right is not None and j > i + right) or (k_len is not None and j >= k_len))
+               k_len: Optional[int] = None, shift: int = 0) -> bool:
+    """The contract's position_admissible, as site/semantics.md states it: query i at key position
+    i + shift (0: top-left, the seed's; Sk - Sq: bottom-right)."""
+    p = i + shift
+    return not ((causal and j > p) or (left is not None and j + left < p)
+                or (right is not None and j > p + right) or (k_len is not None and j >= k_len))
 
 
 def _mask_svg(rows: list[list[str]], title: str, block: int = 0) -> str:  # title: plain text
@@ -110,14 +112,18 @@ def mask_figures(kernel) -> list[str]:
              ("window_size_left=1, window_size_right=1", dict(left=1, right=1), {"window_size_left", "window_size_right"}),
              ("k_len=5", dict(k_len=5), {"k_len"})]
     figures = []
+    shift = 8 - 6 if kernel.mask_alignment == "bottom_right" else 0   # Sk - Sq of the pictures
     for caption, kw, needs in cases:
         if needs <= fields:
-            rows = [["on" if admissible(i, j, **kw) else "off" for j in range(8)] for i in range(6)]
+            rows = [["on" if admissible(i, j, shift=shift, **kw) else "off" for j in range(8)] for i in range(6)]
             figures.append(_figure(rows, " ".join(f"<code>{c.strip()}</code>" for c in caption.split(","))))
     return figures
 
 
 # ---- the example -----------------------------------------------------------------------------
+
+OFFSETS_PREFIX = "cu_seqlens_"  # cu_seqlens_<input>: B + 1 offsets into <input>'s rows (flash-attn's name)
+
 
 def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
     """A doctest that runs the kernel on the example shapes and prints what is true of every run:
@@ -134,6 +140,7 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
     lines = [">>> import numpy as np, fuel_cy" + ("" if T.numpy_module == "numpy" else f", {T.numpy_module}"),
              ">>> rng = np.random.default_rng(0)"]
     args = []
+    rows_of = {s.name: dims.get(s.dims[0], 4) for s in kernel.inputs if s.is_float and s.dims}
     for spec in kernel.inputs:
         if spec.optional:
             continue
@@ -147,6 +154,11 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
             cap = dims["max_blocks_per_seq"] * dims["block_size"]
             lines.append(f">>> {spec.name} = rng.integers(1, {cap} + 1, size={shape})"
                          f".astype({DTYPES[spec.dtypes[0]].python_spelling})")
+        elif spec.name.startswith(OFFSETS_PREFIX) and spec.name[len(OFFSETS_PREFIX):] in rows_of:
+            # packed sequences: B + 1 offsets into the rows of the input the name ends in, spread evenly
+            total = rows_of[spec.name[len(OFFSETS_PREFIX):]]
+            cuts = [round(total * b / (shape[0] - 1)) for b in range(shape[0])] if shape[0] > 1 else [0]
+            lines.append(f">>> {spec.name} = np.array({cuts}, dtype={DTYPES[spec.dtypes[0]].python_spelling})")
         else:
             lines.append(f">>> {spec.name} = np.zeros({shape}, dtype={DTYPES[spec.dtypes[0]].python_spelling})")
         args.append(spec.name)
@@ -289,6 +301,7 @@ class KernelPage:
     dtype_words: str
     masks: tuple[str, ...]
     paged: bool
+    bottom_right: bool  # mask_alignment: bottom_right (the pictures and their text say so)
     example: str
     example_shapes: str
     example_dtype: str
@@ -340,6 +353,7 @@ def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict]) -> KernelP
         wiring=_wiring(v.name, entry.exec_arm, list(entry.exec_dtypes)),
         args=args, outputs=outputs, use_when=md_inline(py.use_when) if py.use_when else "",
         dtype_words=dtype_words(list(kernel.float_dtypes)), masks=tuple(mask_figures(kernel)), paged=paged,
+        bottom_right=kernel.mask_alignment == "bottom_right",
         example=code, example_shapes=", ".join(f"`{s.name}` `{list(shapes[s.name])}`" for s in kernel.inputs if not s.optional),
         example_dtype=NUMPY_NAMES[dtype], precision_rows=_precision_rows(kernel, measured), cost_rows=cost_rows,
         symbols=tuple(sorted(kernel.symbols)), contract_inputs=tuple(_contract_inputs(kernel)),

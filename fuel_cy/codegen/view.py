@@ -100,6 +100,7 @@ class DTypeView:
     narrow: bool  # stored narrower than it is computed: widened in, rounded out
     half: Optional[int]  # a 16-bit float: the half drivers' is_f16 argument
     typenum: str  # Cython expression of its own numpy type number (its 16-bit storage, for a half type)
+    f32_compute: bool = False  # runs under the float32 policy instead of its own (precision.compute: f32)
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,6 @@ class KernelView:
     half_driver: Optional[str]
     half_storage: tuple[str, ...]
     driver_dim_refs: tuple[tuple[str, int], ...]  # (input, axis) of each dim the driver takes
-    compute_f32: bool  # runs under the float32 policy (precision.compute: f32), not math in T
     dim_symbols: tuple[str, ...]  # every dim symbol of its inputs, in order of first use
     fast: bool  # every input has a typed fast check
     symbol_sources: tuple[tuple[str, str], ...]  # cost symbol -> Python source of its value
@@ -385,7 +385,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
             if not spec.optional:
                 dim_source.setdefault(sym, (spec.name, axis))
     outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source) for o in kernel.returns.items)
-    dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half, typenum(DTYPES[d]))
+    dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half, typenum(DTYPES[d]),
+                             pol != DTYPES[d].policy)
                    for d in kernel.float_dtypes for pol in [policy(kernel.precision.compute, d)] if pol is not None)
     revision = revision_hash(doc, kernel, digest)
     formulas = _formulas(kernel)
@@ -417,7 +418,6 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         half_storage=binding.half_storage if binding else (),
         # (a dim on no required input: check_bindings refuses to generate; the docs do not need it)
         driver_dim_refs=tuple(dim_source[s] for s in binding.dims if s in dim_source) if binding else (),
-        compute_f32=kernel.precision.compute == "f32",
         dim_symbols=symbols, fast=all(i.fast is not None for i in inputs),
         symbol_sources=_symbol_sources(kernel),
         cost=CostView(**{key: _cost_source(f) for key, f in formulas.items()}),

@@ -16,7 +16,7 @@ from .model import (
 )
 from .recover import is_indented, reindent, split_comment
 from ..dtypes import DTYPES
-from .schema import BLOCK, COMPUTE_MODES, LAYOUT_KEYS, LAYOUT_POLICIES, PARAM_KINDS
+from .schema import BLOCK, COMPUTE_MODES, LAYOUT_KEYS, LAYOUT_POLICIES, MASK_ALIGNMENTS, PARAM_KINDS
 from .yamlload import LDict, YamlProblem, load
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -239,12 +239,15 @@ def build_kernel(data: Any, ctx: BlockContext, title: str, description: str, can
     cost = _cost(top)
     precision = _precision(top)
     determinism = top.ident("determinism") or ""
+    alignment = top.take("mask_alignment", lambda v: v in MASK_ALIGNMENTS, f"one of {', '.join(MASK_ALIGNMENTS)}",
+                         "top_left")
     top.finish()
     return Kernel(
         name=name, title=title, description=description, fused_op=fused_op, fused_op_id=fused_id,
         blurb=blurb, backend=backend, kernel_source=kernel_source, entry_point=entry_point,
         kernel_revision_hash=revision, inputs=inputs, op_params=op_params, returns=returns,
-        caps=caps, cost=cost, precision=precision, determinism=determinism, block_text=canon,
+        caps=caps, cost=cost, precision=precision, determinism=determinism, mask_alignment=alignment,
+        block_text=canon,
         loc=Location(ctx.path, top.line),
     )
 

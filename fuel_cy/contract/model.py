@@ -212,6 +212,7 @@ class Kernel:
     cost: Cost
     precision: Precision
     determinism: str
+    mask_alignment: str = "top_left"  # schema.MASK_ALIGNMENTS: where causal and windows put query i
     block_text: str = field(compare=False, repr=False, default="")
     loc: Location = _loc()
 

@@ -72,6 +72,7 @@ BLOCK = MapNode({
         "max_absolute": None, "audited": None, "notes": None, "compute": None,
     }),
     "determinism": None,
+    "mask_alignment": None,
 })
 
 PROVIDER = MapNode({
@@ -83,5 +84,10 @@ FRONT_MATTER = MapNode({"fkc_version": None, "provider": PROVIDER})
 LAYOUT_POLICIES = ("required", "rejected", "accepted")
 PARAM_KINDS = ("f32", "f64", "bool", "usize", "DynScalar")
 # precision.compute: "T" (the default, as the seed's kernels: every step in the element type) or
-# "f32" (half inputs widened exactly, all arithmetic in float32, each output rounded once to T)
+# "f32" (no arithmetic narrower than float32: half inputs widened exactly, all arithmetic in
+# float32, each output rounded once to T; float64 in its own type)
 COMPUTE_MODES = ("T", "f32")
+# mask_alignment: where causal masks and windows put query i: "top_left" (the default, as the
+# seed's kernels: at key position i) or "bottom_right" (at i + Sk - Sq, per sequence: flash-attn
+# >= 2.1, vLLM, a decode step that sees its whole cache)
+MASK_ALIGNMENTS = ("top_left", "bottom_right")

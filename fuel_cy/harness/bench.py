@@ -545,6 +545,11 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                     args = [rng.standard_normal((4, 8, 1, 64)).astype(dt), rng.standard_normal((nblk, 16, 2, 64)).astype(dt),
                             rng.standard_normal((nblk, 16, 2, 64)).astype(dt),
                             rng.permutation(nblk).reshape(4, s // 16).astype(np.uint32), np.full(4, s, np.uint32)]
+                elif kind == "varlen":  # one sequence of s rows: the contract's flop bound is exact
+                    q = rng.standard_normal((s, 4, 64)).astype(dt)
+                    kv = rng.standard_normal((s, 2, 64)).astype(dt)
+                    cu = np.array([0, s], np.uint32)
+                    args = [q, kv, kv, cu, cu]
                 else:
                     q = rng.standard_normal((1, 4, s, 64)).astype(dt)
                     kv = rng.standard_normal((1, 2, s, 64)).astype(dt)

@@ -51,6 +51,25 @@ def attention(q, k, v, alibi=None, *, softmax_scale=None, causal=False, window_s
     return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
 
 
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None, causal=False,
+                     window_size_left=None, window_size_right=None, softcap=None):
+    """Packed sequences [T, H, D]: each alone, query i at key position i + lk - lq (bottom-right)."""
+    d = q.shape[-1]
+    scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
+    out = np.zeros(q.shape, np.float64)
+    group = q.shape[1] // k.shape[1]
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1, k0, k1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1]), int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        if q1 == q0 or k1 == k0:
+            continue
+        qb, kb, vb = (np.asarray(x, np.float64).transpose(1, 0, 2)[None] for x in (q[q0:q1], k[k0:k1], v[k0:k1]))
+        qpos = np.arange(q1 - q0) + (k1 - k0) - (q1 - q0)
+        s, _ = _scores(qb, kb, scale, causal, window_size_left, window_size_right, softcap, None, None, qpos)
+        o = np.einsum("bhij,bhjd->bhid", _softmax(s), np.repeat(vb, group, axis=1))
+        out[q0:q1] = o[0].transpose(1, 0, 2)
+    return out
+
+
 def paged_attention(q, k_cache, v_cache, block_table, context_lens, alibi=None, *, softmax_scale=None,
                     softcap=None, block_size=None):
     bsz, hq, sq, d = q.shape

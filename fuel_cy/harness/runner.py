@@ -17,13 +17,17 @@ DEFAULT_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "forward": {"q": (1, 8, 256, 64), "k": (1, 2, 512, 64)},
     "backward": {"q": (1, 8, 128, 64), "k": (1, 2, 256, 64)},
     "paged": {"q": (4, 8, 1, 64), "k_cache": (96, 16, 2, 64), "block_table": (4, 24)},
+    # packed sequences: q/k rows split into 3 sequences of random lengths (chunked prefill: lk >= lq)
+    "varlen": {"q": (384, 8, 64), "k": (640, 2, 64)},
 }
 
 
 def kernel_kind(inputs: tuple[str, ...]) -> str:
-    """forward, backward or paged, from the input names the contracts give these kernels."""
+    """forward, backward, paged or varlen, from the input names the contracts give these kernels."""
     if "k_cache" in inputs:
         return "paged"
+    if "cu_seqlens_q" in inputs:
+        return "varlen"
     return "backward" if "do_grad" in inputs else "forward"
 
 
@@ -135,6 +139,16 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
     q = rand(shapes["q"])
     k = rand(shapes["k"])
     v = rand(shapes.get("v", shapes["k"]))
+    if kind == "varlen":
+        if "causal" in entry.params:
+            params["causal"] = spec.causal
+        if spec.window:
+            params["window_size_left"], params["window_size_right"] = spec.window
+        # three sequences with random cut points (an empty one possible, as in real batches)
+        cu_q = np.concatenate([[0], np.sort(rng.integers(0, q.shape[0] + 1, 2)), [q.shape[0]]]).astype(np.uint32)
+        cu_k = np.concatenate([[0], np.sort(rng.integers(0, k.shape[0] + 1, 2)), [k.shape[0]]]).astype(np.uint32)
+        args = [q, k, v, cu_q, cu_k]
+        return args, params, lambda: reference.varlen_attention(q, k, v, cu_q, cu_k, **params)
     alibi = rng.random(q.shape[1]).astype(T) if spec.alibi else None
     if "causal" in entry.params:
         params["causal"] = spec.causal
@@ -163,7 +177,9 @@ def run_kernel(spec: RunSpec, repeats: int = 3) -> RunResult:
         times.append(time.perf_counter() - t0)
     q = args[0]
     entry = fuel_cy.registry[spec.kernel]
-    sk = args[3].shape[1] * args[1].shape[1] if kernel_kind(entry.inputs) == "paged" else args[1].shape[2]
+    kind = kernel_kind(entry.inputs)
+    sk = (args[3].shape[1] * args[1].shape[1] if kind == "paged" else
+          args[1].shape[0] if kind == "varlen" else args[1].shape[2])
     backward = isinstance(out, tuple)
     if backward:
         error = max(tolerance.relative_error(o, r) for o, r in zip(out, ref))

@@ -2,6 +2,8 @@
 
 - softcap: the score becomes tanh(s / c) * c, so c must be > 0.
 - k_len: "None => full Sk; a live prefix" -- so 0 <= k_len <= Sk.
+- varlen: cu_seqlens_q / cu_seqlens_k are B + 1 offsets from 0, non-decreasing, ending at the
+  packed row counts of q and k.
 - paged: "physical block index bounds-checked against num_blocks" for every block a sequence
   reads, and context_lens[b] may not exceed the table's capacity (max_blocks_per_seq * block_size).
   These run with the GIL, before any compute, so the nogil core never reads out of bounds.
@@ -51,6 +53,27 @@ def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
                          f"block_table[{b}, {slot}] = {int(table[b, slot])} but num_blocks = {num_blocks}", where)
 
 
+def _cu_seqlens(kernel: str, arrays: dict, params: dict, where: str) -> None:
+    """varlen: each cu_seqlens is B + 1 offsets into its packed rows, from 0, non-decreasing, to the
+    row count (flash-attn's layout), so that every sequence's rows lie inside the arrays."""
+    for name, rows_of in (("cu_seqlens_q", "q"), ("cu_seqlens_k", "k")):
+        cu = np.asarray(arrays[name]).astype(np.int64)
+        total = arrays[rows_of].shape[0]
+        clause = f"prose: {name} holds B + 1 offsets: {name}[0] = 0, non-decreasing, {name}[B] = {rows_of}.shape[0]"
+        if cu.size == 0:
+            raise InputError(kernel, f"input {name!r}", clause, "an empty array (B + 1 >= 1 offsets)", where)
+        if cu[0] != 0:
+            raise InputError(kernel, f"input {name!r}", clause, f"{name}[0] = {int(cu[0])}", where)
+        down = np.nonzero(np.diff(cu) < 0)[0]
+        if down.size:
+            b = int(down[0])
+            raise InputError(kernel, f"input {name!r}", clause,
+                             f"{name}[{b + 1}] = {int(cu[b + 1])} < {name}[{b}] = {int(cu[b])}", where)
+        if cu[-1] != total:
+            raise InputError(kernel, f"input {name!r}", clause,
+                             f"{name}[{cu.size - 1}] = {int(cu[-1])} but {rows_of}.shape[0] = {total}", where)
+
+
 # keyed by the core driver a kernel binds to (codegen/cores.py): a kernel served by a driver
 # obeys that driver's rules, whichever contract declares it
 # (the generated validators first try typed copies of these rules, fastcheck.pxi; a driver whose
@@ -60,6 +83,7 @@ RULES: dict[str, list[Callable[..., None]]] = {
     "attention_flash": [_softcap, _k_len],
     "attention_paged_naive": [_softcap, _paged],
     "attention_flash_backward": [_softcap],
+    "attention_varlen": [_softcap, _cu_seqlens],
 }
 
 

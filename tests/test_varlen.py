@@ -1,0 +1,229 @@
+"""attention_varlen (contracts/fuel-cy-model.md): packed variable-length sequences with masks aligned
+bottom-right per sequence, against a float64 reference of flash-attn's semantics written here
+(its tests' `attention_ref` / `construct_local_mask`, per sequence), not from the kernel."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_cy
+from measures import bits, bound, rel
+
+CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(ml_dtypes.bfloat16): "BF16",
+         np.dtype(np.float16): "F16"}
+
+
+def reference(q, k, v, cu_q, cu_k, scale=None, causal=False, left=None, right=None, softcap=None):
+    """flash-attn's varlen forward in float64: sequence b alone, query i at key position
+    i + lk - lq; a row with no admissible key is zero."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    hq, d = q.shape[1], q.shape[2]
+    group = hq // k.shape[1]
+    scale = float(np.float32(1 / np.sqrt(d) if scale is None else scale))
+    out = np.zeros_like(q)
+    for b in range(len(cu_q) - 1):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        lq, lk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
+        p = np.arange(lq)[:, None] + lk - lq
+        j = np.arange(lk)[None, :]
+        ok = np.ones((lq, lk), bool)
+        if causal:
+            ok &= j <= p
+        if left is not None:
+            ok &= j >= p - left
+        if right is not None:
+            ok &= j <= p + right
+        for h in range(hq):
+            s = q[qs, h] @ k[ks, h // group].T * scale
+            if softcap is not None:
+                s = np.tanh(s / softcap) * softcap
+            s = np.where(ok, s, -np.inf)
+            m = s.max(axis=1, keepdims=True) if lk else np.zeros((lq, 1))
+            live = np.isfinite(m)
+            e = np.where(ok, np.exp(s - np.where(live, m, 0)), 0.0)
+            den = e.sum(axis=1, keepdims=True)
+            w = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+            out[qs, h] = w @ v[ks, h // group]
+    return out
+
+
+def packed(lens_q, lens_k, hq, hkv, d, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.uint32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.uint32)
+    q = rng.standard_normal((int(cu_q[-1]), hq, d)).astype(dtype)
+    k = rng.standard_normal((int(cu_k[-1]), hkv, d)).astype(dtype)
+    v = rng.standard_normal((int(cu_k[-1]), hkv, d)).astype(dtype)
+    return q, k, v, cu_q, cu_k
+
+
+# ragged lengths; prefill (lq = lk), chunked prefill against a cache (lk > lq), more queries than
+# keys, empty sequences on either side
+LENGTHS = [
+    ([5], [5]),
+    ([1, 63, 200, 130], [1, 63, 200, 130]),
+    ([3, 64, 17], [100, 64, 300]),
+    ([40, 0, 7, 20], [10, 5, 0, 20]),
+    ([1, 1, 1], [576, 33, 129]),
+]
+PARAMS = [
+    {},
+    {"causal": True},
+    {"causal": True, "window_size_left": 16},
+    {"window_size_left": 8, "window_size_right": 3},
+    {"causal": True, "softcap": 5.0, "softmax_scale": 0.3},
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("lens", LENGTHS)
+@pytest.mark.parametrize("params", PARAMS)
+def test_matches_flash_attn_semantics(dtype, lens, params):
+    hq, hkv, d = (8, 2, 64) if len(lens[0]) != 3 else (4, 1, 59)   # GQA, and MQA with an odd head dim
+    q, k, v, cu_q, cu_k = packed(*lens, hq, hkv, d, dtype, seed=len(lens[0]))
+    before = [x.copy() for x in (q, k, v, cu_q, cu_k)]
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, **params)
+    assert out.shape == q.shape and out.dtype == q.dtype and out.flags.c_contiguous
+    expected = reference(q, k, v, cu_q, cu_k, params.get("softmax_scale"), params.get("causal", False),
+                         params.get("window_size_left"), params.get("window_size_right"), params.get("softcap"))
+    code = CODES[np.dtype(dtype)]
+    assert rel(out, expected) <= bound(code, d, int(max(lens[1])), compute="f32"), (code, rel(out, expected))
+    assert all(np.array_equal(a, b) for a, b in zip((q, k, v, cu_q, cu_k), before))
+    # rows with no admissible key are exactly zero
+    dead = np.all(expected == 0, axis=(1, 2))
+    assert not np.asarray(out, np.float64)[dead].any()
+
+
+@pytest.mark.parametrize("d", [80, 111, 256])
+def test_peers_head_dims(d):
+    q, k, v, cu_q, cu_k = packed([33, 129], [97, 129], 4, 2, d, np.float32, seed=d)
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
+    assert rel(out, reference(q, k, v, cu_q, cu_k, causal=True)) <= 2e-5
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+def test_one_square_causal_sequence_is_attention_flash(dtype):
+    """lq = lk: bottom-right and top-left are one mask, and the rows run attention_flash's loops,
+    so the bits are attention_flash's (mixed for bf16/f16) on the [1, H, S, D] view."""
+    q, k, v, cu_q, cu_k = packed([300], [300], 8, 2, 64, dtype, seed=3)
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
+    flash = fuel_cy.attention_flash if dtype in (np.float32, np.float64) else fuel_cy.attention_flash_mixed
+    as4 = [np.ascontiguousarray(x.transpose(1, 0, 2)[None]) for x in (q, k, v)]
+    expected = flash(*as4, causal=True)[0].transpose(1, 0, 2)
+    assert bits(out) == bits(np.ascontiguousarray(expected))
+
+
+def test_a_decode_step_sees_the_whole_cache():
+    """One query against n cached keys with causal=True attends every key (the seed's top-left
+    causal would give key 0 alone): the softmax-weighted mean over all of them."""
+    n = 200
+    q = np.zeros((1, 2, 16), np.float64)           # equal scores: a plain average
+    k = np.random.default_rng(0).standard_normal((n, 2, 16))
+    v = np.random.default_rng(1).standard_normal((n, 2, 16))
+    cu_q, cu_k = np.array([0, 1], np.uint32), np.array([0, n], np.uint32)
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
+    assert np.allclose(out[0], v.mean(axis=0), rtol=0, atol=1e-12)
+
+
+def test_sequences_never_see_each_other():
+    q, k, v, cu_q, cu_k = packed([50, 70], [50, 70], 2, 2, 32, np.float64, seed=9)
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k)
+    v2 = v.copy()
+    v2[50:] += 100.0   # the second sequence's values: the first's rows must not move
+    out2 = fuel_cy.attention_varlen(q, k, v2, cu_q, cu_k)
+    assert np.array_equal(out[:50], out2[:50]) and not np.allclose(out[50:], out2[50:])
+
+
+@pytest.mark.parametrize("w", [2**63 - 1, 2**62, 2**64 - 1])
+def test_huge_windows_are_no_window(w):
+    q, k, v, cu_q, cu_k = packed([3, 64, 17], [100, 64, 300], 4, 2, 16, np.float32, seed=1)
+    plain = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True, window_size_left=w, window_size_right=w)
+    assert bits(out) == bits(plain)
+
+
+def test_a_left_window_past_sq_still_masks_under_the_shift():
+    """With lk > lq, positions run up to lk - 1: a left window between lq and lk still masks."""
+    q, k, v, cu_q, cu_k = packed([10], [300], 2, 2, 16, np.float64, seed=2)
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, window_size_left=50)
+    assert rel(out, reference(q, k, v, cu_q, cu_k, left=50)) <= 1e-12
+    assert not np.allclose(out, fuel_cy.attention_varlen(q, k, v, cu_q, cu_k))
+
+
+def test_deterministic_across_thread_counts():
+    q, k, v, cu_q, cu_k = packed([300, 40, 513], [300, 600, 513], 8, 2, 64, np.float32, seed=4)
+    runs = []
+    for n in (1, 2):
+        fuel_cy.set_num_threads(n)
+        try:
+            runs.append(bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)))
+        finally:
+            fuel_cy.set_num_threads(0)
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("which, cu, received", [
+    ("cu_seqlens_q", [1, 5, 10], "cu_seqlens_q[0] = 1"),
+    ("cu_seqlens_q", [0, 6, 5, 10], "cu_seqlens_q[2] = 5 < cu_seqlens_q[1] = 6"),
+    ("cu_seqlens_q", [0, 5, 9], "cu_seqlens_q[2] = 9 but q.shape[0] = 10"),
+    ("cu_seqlens_k", [0, 5, 11], "cu_seqlens_k[2] = 11 but k.shape[0] = 10"),
+])
+def test_bad_offsets_are_input_errors(which, cu, received):
+    q, k, v, cu_q, cu_k = packed([5, 5], [5, 5], 2, 2, 8, np.float32)
+    args = {"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
+    args[which] = np.array(cu, np.uint32)
+    if len(cu) != 3:
+        other = "cu_seqlens_k" if which == "cu_seqlens_q" else "cu_seqlens_q"
+        args[other] = np.array([0, 3, 5, 10], np.uint32)
+    with pytest.raises(fuel_cy.InputError) as e:
+        fuel_cy.attention_varlen(q, k, v, args["cu_seqlens_q"], args["cu_seqlens_k"])
+    msg = str(e.value)
+    assert "attention_varlen" in msg and repr(which) in msg and received in msg and "fuel-cy-model.md" in msg
+
+
+def test_offsets_of_different_batch_sizes_are_an_input_error():
+    q, k, v, cu_q, cu_k = packed([5, 5], [5, 5], 2, 2, 8, np.float32)
+    with pytest.raises(fuel_cy.InputError) as e:
+        fuel_cy.attention_varlen(q, k, v, cu_q, np.array([0, 10], np.uint32))
+    assert "cu_seqlens_k" in str(e.value) and "B1" in str(e.value)
+
+
+def test_empty_offsets_are_an_input_error():
+    q, k, v, _, _ = packed([5], [5], 2, 2, 8, np.float32)
+    empty = np.zeros(0, np.uint32)
+    with pytest.raises(fuel_cy.InputError) as e:
+        fuel_cy.attention_varlen(q, k, v, empty, empty)
+    assert "B + 1 >= 1" in str(e.value)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_typed_offset_check_accepts_what_the_python_rule_does(seed):
+    """The validators' typed copy of the offsets rule (fastcheck.pxi) against the rule it copies
+    (_prose_checks._cu_seqlens), on offsets that are right or wrong in each way: the call raises
+    exactly when the rule raises, with its message."""
+    from fuel_cy.runtime import _prose_checks
+
+    rng = np.random.default_rng(seed)
+    q, k, v, cu_q, cu_k = packed([4, 0, 9], [7, 3, 0], 2, 1, 8, np.float32)
+    for cu in (cu_q, cu_k):
+        how = rng.integers(0, 4)
+        if how == 1:
+            cu[rng.integers(0, cu.size)] += np.uint32(rng.integers(1, 3))
+        elif how == 2:
+            cu[0] = np.uint32(rng.integers(1, 3))
+        elif how == 3:
+            cu[-1] = np.uint32(rng.integers(0, 20))
+    try:
+        _prose_checks._cu_seqlens("attention_varlen", {"q": q, "k": k, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k},
+                                  {}, "contracts/fuel-cy-model.md")
+        expected = None
+    except fuel_cy.InputError as exc:
+        expected = str(exc)
+    try:
+        fuel_cy.attention_varlen(q, k, v, cu_q, cu_k)
+        got = None
+    except fuel_cy.InputError as exc:
+        got = str(exc)
+    assert got == expected
+
