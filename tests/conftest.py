@@ -34,3 +34,14 @@ def system_tool(*names: str, why: str) -> str:
     if os.environ.get("FUEL_CY_REQUIRE_SYSTEM_TOOLS") == "1":
         pytest.fail(message + " [FUEL_CY_REQUIRE_SYSTEM_TOOLS=1]")
     pytest.skip(message)
+
+
+def input_error_of(fn, *args, **kwargs):
+    """str() of the fuel_cy.InputError that fn(*args, **kwargs) raises; None when it returns."""
+    import fuel_cy
+
+    try:
+        fn(*args, **kwargs)
+    except fuel_cy.InputError as exc:
+        return str(exc)
+    return None

@@ -11,7 +11,7 @@ from fuel_cy.contract import expr, load_contracts
 from fuel_cy.runtime._validation import NUMPY_DTYPES
 from fuel_cy.codegen.view import LAYOUT_ORDER
 
-from conftest import ROOT
+from conftest import ROOT, input_error_of
 
 KERNELS = [k for d in load_contracts(ROOT / "contracts") for k in d.kernels]
 # extents for dim symbols: distinct, small, and satisfying the divisibility the contracts state
@@ -209,17 +209,9 @@ def test_typed_paged_rules_accept_and_reject_what_the_python_rules_do(seed):
     rng = np.random.default_rng(seed)
     q, kc, vc, table, lens = _paged_case(rng, ["none", "block", "capacity"][seed % 3])
     arrays = {"q": q, "k_cache": kc, "v_cache": vc, "block_table": table, "context_lens": lens}
-    try:
-        _prose_checks._paged("attention_paged_naive", arrays, {}, "contracts/fuel-reference-backend.md")
-        expected = None
-    except fuel_cy.InputError as exc:
-        expected = str(exc)
-    try:
-        fuel_cy.attention_paged_naive(q, kc, vc, table, lens)
-        got = None
-    except fuel_cy.InputError as exc:
-        got = str(exc)
-    assert got == expected
+    expected = input_error_of(_prose_checks._paged, "attention_paged_naive", arrays, {},
+                              "contracts/fuel-reference-backend.md")
+    assert input_error_of(fuel_cy.attention_paged_naive, q, kc, vc, table, lens) == expected
 
 
 def test_a_rule_added_in_python_turns_the_typed_copy_off(tmp_path):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fuel_cy
+from conftest import input_error_of
 from measures import bits, bound, rel
 
 CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(ml_dtypes.bfloat16): "BF16",
@@ -214,16 +215,7 @@ def test_the_typed_offset_check_accepts_what_the_python_rule_does(seed):
             cu[0] = np.uint32(rng.integers(1, 3))
         elif how == 3:
             cu[-1] = np.uint32(rng.integers(0, 20))
-    try:
-        _prose_checks._cu_seqlens("attention_varlen", {"q": q, "k": k, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k},
-                                  {}, "contracts/fuel-cy-model.md")
-        expected = None
-    except fuel_cy.InputError as exc:
-        expected = str(exc)
-    try:
-        fuel_cy.attention_varlen(q, k, v, cu_q, cu_k)
-        got = None
-    except fuel_cy.InputError as exc:
-        got = str(exc)
-    assert got == expected
+    arrays = {"q": q, "k": k, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
+    expected = input_error_of(_prose_checks._cu_seqlens, "attention_varlen", arrays, {}, "contracts/fuel-cy-model.md")
+    assert input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k) == expected
 
