@@ -153,6 +153,7 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     paged_rows, copy_rate = _paged_rows(torch, rng, quick, progress)
     rows += paged_rows
     rows += _mixed_rows(torch, rng, quick, progress, copy_rate)
+    rows += _varlen_rows(torch, rng, quick, progress)
     rows += _numpy_rows(rng, progress)
     rows += _threads_rows(rng, quick, progress)
     rows += _per_call_rows(torch, rng, progress)
@@ -314,6 +315,65 @@ def _mixed_rows(torch, rng, quick, progress, copy_rate):
                          f"torch SDPA {code.lower()} (contiguous K/V)", t_peer * 1e3, kv_gbps=kv_bytes / t_ours / 1e9,
                          pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
     return rows
+
+
+VARLEN_LENGTHS = (64, 128, 256, 512, 768, 1024, 1536, 2048)   # 8 causal sequences, as issue #34 names them
+
+
+def _varlen_rows(torch, rng, quick, progress):
+    """attention_varlen on packed causal sequences against torch SDPA called per sequence and on the
+    padded batch with a boolean mask (causal within each sequence, padding masked), f32 and bf16."""
+    import fuel_cy
+
+    if torch is None:
+        return []
+    lens = VARLEN_LENGTHS[:4] if quick else VARLEN_LENGTHS
+    h, d = 8, 64
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    flops = sum(2 * h * n * (n + 1) * d for n in lens)   # the causal pairs only
+    shape = f"{len(lens)} causal sequences of {lens[0]}-{lens[-1]} tokens, H={h} D={d}"
+    rows = []
+    for code, tdt in (("F32", torch.float32), ("BF16", torch.bfloat16)):
+        progress(f"varlen {code} {shape}")
+        x = [torch.randn(int(cu[-1]), h, d, generator=torch.Generator().manual_seed(i)).to(tdt) for i in range(3)]
+        arrays = [fuel_cy_numpy(t) for t in x]
+        seqs = [[t[cu[b]:cu[b + 1]].transpose(0, 1).unsqueeze(0).contiguous() for t in x] for b in range(len(lens))]
+        n = max(lens)
+        padded = [torch.zeros(len(lens), h, n, d, dtype=tdt) for _ in range(3)]
+        mask = torch.zeros(len(lens), 1, n, n, dtype=torch.bool)
+        for b, m in enumerate(lens):
+            for p, s in zip(padded, seqs[b]):
+                p[b, :, :m] = s[0]
+            mask[b, 0, :m, :m] = torch.tril(torch.ones(m, m, dtype=torch.bool))
+            mask[b, 0, m:, 0] = True   # padded query rows attend one key: no NaN rows to compare
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def ours():
+            fuel_cy.attention_varlen(*arrays, cu, cu, causal=True)
+
+        def per_sequence():
+            with torch.no_grad():
+                for s in seqs:
+                    sdpa(*s, is_causal=True)
+
+        def padded_batch():
+            with torch.no_grad():
+                sdpa(*padded, attn_mask=mask)
+
+        t_ours, t_seq, t_pad = interleaved([ours, per_sequence, padded_batch], reps=3 if quick else REPS)
+        rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA per sequence", t_seq * 1e3))
+        rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA padded + mask", t_pad * 1e3))
+    return rows
+
+
+def fuel_cy_numpy(t) -> np.ndarray:
+    """A CPU tensor's memory as the numpy array fuel_cy takes (bf16 as ml_dtypes.bfloat16)."""
+    import ml_dtypes
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def _numpy_rows(rng, progress):

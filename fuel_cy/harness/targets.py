@@ -1,4 +1,4 @@
-"""The performance targets (issues #13, #14, #5) evaluated on a `fuel-cy bench` result: what was measured
+"""The performance targets (issues #13, #14, #5, #34) evaluated on a `fuel-cy bench` result: what was measured
 against each goal and whether it is met.  Pure data in, data out; printed by `fuel-cy bench` and
 rendered on the site's Performance page."""
 from __future__ import annotations
@@ -65,6 +65,12 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
               70.0, "{:.0f}%"),
         check("mixed backward >= 1.0x torch autograd backward in that dtype",
               ratios(mixed("attention_flash_backward_mixed")), 1.0),
+    ]
+    varlen = lambda peer: ratios(lambda r: r["kernel"] == "attention_varlen" and r["peer"] == peer)  # noqa: E731
+    out += [
+        check("varlen (8 causal sequences, 64-2048 tokens) >= 1.2x torch SDPA per sequence",
+              varlen("torch SDPA per sequence"), 1.2),
+        check("varlen >= 1.5x torch SDPA on the padded batch with a mask", varlen("torch SDPA padded + mask"), 1.5),
     ]
     per_call = [r for r in rows if r["shape"].startswith("per call") and r.get("ratio") is not None]
     out.append(check("per call <= torch SDPA per call (decode GQA, same process)", [r["ratio"] for r in per_call], 1.0))
