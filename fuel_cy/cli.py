@@ -183,9 +183,9 @@ def _module_times(root: Path) -> dict[str, tuple[float, Path]]:
 def _module_inputs(root: Path, name: str) -> list[Path]:
     """What a compiled module is built from, as setup.py compiles it (for saying why it was rebuilt)."""
     core, gen = root / "fuel_cy" / "_core", root / "fuel_cy" / "_generated"
-    if name.startswith("_core_"):
+    if name.startswith("_core_"):  # (fastcheck.pxi is the validators' alone)
         return [gen / f"{name}.pyx", gen / "_core_dtypes.pxi", gen / "fc_dtypes.h",
-                *sorted(core.glob("*.pxi")), *sorted(core.glob("*.h"))]
+                *sorted(p for p in core.glob("*.pxi") if p.name != "fastcheck.pxi"), *sorted(core.glob("*.h"))]
     if name == "_kernels":
         return [gen / "_kernels.pyx", gen / "_fastcheck_dtypes.pxi", core / "fastcheck.pxi"]
     return [root / "fuel_cy" / f"{name}.pyx", core / "fc_cpuid.h"]
