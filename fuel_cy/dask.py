@@ -38,6 +38,7 @@ import dask.array as da
 import numpy as np
 
 import fuel_cy
+from fuel_cy.contract.model import offsets_target
 from fuel_cy.runtime._validation import has_start_offset  # the kernels' own offset test
 from fuel_cy.runtime.registry import KernelEntry, registry
 
@@ -103,14 +104,11 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
     return results if entry.bundle else results[0]
 
 
-OFFSETS_PREFIX = "cu_seqlens_"  # cu_seqlens_<input>: B + 1 offsets into <input>'s rows (flash-attn's name)
-
-
 def _packed_rows(entry: KernelEntry) -> set[str]:
     """The inputs of packed sequences (rows that offsets ``cu_seqlens_<input>`` cut) and those
     sharing their row dim: a probe gives them 0 rows and all-zero offsets, a valid empty call."""
-    row_dims = {entry.dims[name[len(OFFSETS_PREFIX):]][0] for name in entry.inputs
-                if name.startswith(OFFSETS_PREFIX) and name[len(OFFSETS_PREFIX):] in entry.dims}
+    row_dims = {entry.dims[target][0] for name in entry.inputs
+                for target in [offsets_target(name)] if target in entry.dims}
     return {name for name in entry.inputs if entry.dims[name][:1] and entry.dims[name][0] in row_dims}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..contract import expr
-from ..contract.model import Kernel
+from ..contract.model import Kernel, offsets_target
 from ..dtypes import DTYPES
 from .generate import Layout, environment, views
 from .pydocs import NUMPY_NAMES, dtype_words, signature_lines
@@ -122,9 +122,6 @@ def mask_figures(kernel) -> list[str]:
 
 # ---- the example -----------------------------------------------------------------------------
 
-OFFSETS_PREFIX = "cu_seqlens_"  # cu_seqlens_<input>: B + 1 offsets into <input>'s rows (flash-attn's name)
-
-
 def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
     """A doctest that runs the kernel on the example shapes and prints what is true of every run:
     the output shapes and dtype, and the contract's flop count."""
@@ -154,9 +151,9 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
             cap = dims["max_blocks_per_seq"] * dims["block_size"]
             lines.append(f">>> {spec.name} = rng.integers(1, {cap} + 1, size={shape})"
                          f".astype({DTYPES[spec.dtypes[0]].python_spelling})")
-        elif spec.name.startswith(OFFSETS_PREFIX) and spec.name[len(OFFSETS_PREFIX):] in rows_of:
+        elif offsets_target(spec.name) in rows_of:
             # packed sequences: B + 1 offsets into the rows of the input the name ends in, spread evenly
-            total = rows_of[spec.name[len(OFFSETS_PREFIX):]]
+            total = rows_of[offsets_target(spec.name)]
             cuts = [round(total * b / (shape[0] - 1)) for b in range(shape[0])] if shape[0] > 1 else [0]
             lines.append(f">>> {spec.name} = np.array({cuts}, dtype={DTYPES[spec.dtypes[0]].python_spelling})")
         else:

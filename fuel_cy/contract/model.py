@@ -193,6 +193,16 @@ class FusedOpInfo:
     bundle_of: Optional[str] = None
 
 
+OFFSETS_PREFIX = "cu_seqlens_"
+"""An input named cu_seqlens_<x> holds B + 1 offsets into the rows of input <x> (flash-attn's
+name for packed variable-length sequences): the docs' examples and fuel_cy.dask read it so."""
+
+
+def offsets_target(name: str) -> Optional[str]:
+    """The input whose rows `name` cuts (cu_seqlens_q -> q), or None for any other input."""
+    return name[len(OFFSETS_PREFIX):] if name.startswith(OFFSETS_PREFIX) else None
+
+
 @dataclass(frozen=True)
 class Kernel:
     name: str
