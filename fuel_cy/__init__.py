@@ -49,6 +49,7 @@ else:
     from .runtime.cost import CostReport, cost
     from .runtime.dispatch import Plan, dispatch, plan
     from .runtime.registry import ENTRY_POINTS, FUSED_OPS, KernelEntry, registry
+    from .sdpa import scaled_dot_product_attention
 
 
 

@@ -70,6 +70,12 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
     # offsets define, so such a kernel runs as one task on whole inputs
     batched = ({name for name in entry.inputs if entry.dims[name][:1] == (batch,)} if batch == BATCH_DIM
                else set())
+    # an input that broadcasts over the batch (a mask [B or 1, ...]) splits with it where it has
+    # the batch's extent, and goes whole to every task where it has 1
+    first_rows = _rows(values[entry.inputs[0]])
+    batched |= {name for name, targets in entry.broadcasts.items()
+                if batch == BATCH_DIM and targets[:1] == (batch,) and values.get(name) is not None
+                and _rows(values[name]) == first_rows != 1}
 
     empty = batched or _packed_rows(entry)   # the inputs a probe gives no rows
     probe = entry.fn(*(_probe(values[name], name in empty) for name in entry.inputs), **params)
@@ -102,6 +108,11 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
             column.append(da.from_delayed(out, (size, *meta.shape[1:]), meta=meta))
     results = tuple(da.concatenate(column, axis=0) for column in columns)
     return results if entry.bundle else results[0]
+
+
+def _rows(x: Any) -> Any:
+    """The first extent of an array input (None for anything else)."""
+    return x.shape[0] if isinstance(x, (np.ndarray, da.Array)) and x.ndim else None
 
 
 def _packed_rows(entry: KernelEntry) -> set[str]:

@@ -27,6 +27,7 @@ from .contract.loader import load_contracts
 from .contract.model import Kernel
 from .errors import InputError
 from .runtime.registry import registry
+from .sdpa import NAME, NUMPY_OPS, ArrayOps, sdpa
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _PARAM_TYPES: dict[str, type] = {"f32": float, "f64": float, "bool": bool}  # usize, DynScalar: int
@@ -232,7 +233,46 @@ def _build() -> dict[str, Callable[..., Any]]:
 
 _PUBLIC = _build()
 globals().update(_PUBLIC)
-__all__ = list(_PUBLIC)
+
+_NUMPY_MASKED = registry["attention_masked"].fn
+TORCH_OPS = ArrayOps(
+    is_array=lambda x: isinstance(x, torch.Tensor),
+    is_bool=lambda x: x.dtype == torch.bool,
+    dtype_name=lambda x: str(x.dtype).removeprefix("torch."),
+    zero_stride=lambda x, i: x.stride(i) == 0,
+    broadcast_to=lambda x, shape: x.expand(shape),
+)
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False, *, softcap: Optional[float] = None) -> torch.Tensor:
+    """`fuel_cy.scaled_dot_product_attention` on CPU tensors: the arguments of
+    `torch.nn.functional.scaled_dot_product_attention`, run by the op
+    `torch.ops.fuel_cy.attention_masked` (traceable by `torch.compile(fullgraph=True)`). An
+    expanded mask (`expand`, stride 0) is read without being materialized. Forward only: the
+    masked kernel has no backward yet."""
+    if not _dispatch_needed():
+        # nothing for torch to record: the numpy entry on the tensors' memory, without the op's
+        # dispatch (the same kernel, the same bits; a decode step's call is dominated by that cost)
+        grad = torch.is_grad_enabled()
+        arrays = []
+        for name, t in (("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)):
+            if t is None:
+                arrays.append(None)
+            elif type(t) is torch.Tensor and t.is_cpu and not (grad and t.requires_grad):
+                arrays.append(_as_numpy(NAME, name, t, ()))
+            else:
+                break
+        else:
+            return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, *arrays, dropout_p, is_causal, scale, enable_gqa,
+                                   softcap))
+    return sdpa(TORCH_OPS, _PUBLIC["attention_masked"], query, key, value, attn_mask, dropout_p, is_causal,
+                scale, enable_gqa, softcap)
+
+
+__all__ = [*_PUBLIC, "scaled_dot_product_attention"]
 
 if TYPE_CHECKING:
     # the kernels are module attributes made at import; this tells type checkers they exist

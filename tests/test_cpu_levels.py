@@ -21,7 +21,8 @@ X86 = platform.machine() in ("x86_64", "AMD64")
 # the suites that exercise the core: forward, paged, backward, half-type bits, mixed precision,
 # determinism
 LEVEL_SUITES = ["test_kernels_forward.py", "test_paged_and_backward.py", "test_half_precision.py", "test_mixed.py",
-                "test_determinism.py", "test_extremes.py", "test_varlen.py"]
+                "test_determinism.py", "test_extremes.py", "test_varlen.py", "test_sdpa.py",
+                "test_sdpa_torch.py"]
 
 
 def _fake_cpu(monkeypatch, features):

@@ -19,6 +19,7 @@ from fuel_cy.contract import load_contracts
 from conftest import ROOT
 
 NUMPY = {"F32": np.float32, "F64": np.float64, "BF16": ml_dtypes.bfloat16, "F16": np.float16}
+SPECS = {k.name: k for doc in load_contracts(ROOT / "contracts") for k in doc.kernels}
 # small extents for every dim symbol of the contracts; B = 5 is cut into the uneven chunks (2, 2, 1)
 SIZES = {"B": 5, "Hq": 4, "Hkv": 2, "Sq": 3, "Sk": 7, "D": 8, "num_blocks": 12, "block_size": 4,
          "max_blocks_per_seq": 3}
@@ -44,11 +45,15 @@ def make_inputs(kernel: str, dtype: str, seed: int = 0) -> dict[str, np.ndarray]
     rng = np.random.default_rng(seed)
     out = {}
     for name in entry.inputs:
-        shape = tuple(SIZES[d] for d in entry.dims[name])
+        # an input that broadcasts (a mask): the full extents on even axes, 1 on odd ones
+        shape = (tuple(SIZES[d] if axis % 2 == 0 else 1 for axis, d in enumerate(entry.broadcasts[name]))
+                 if name in entry.broadcasts else tuple(SIZES[d] for d in entry.dims[name]))
         if name == "block_table":
             out[name] = rng.integers(0, SIZES["num_blocks"], shape).astype(np.uint32)
         elif name == "context_lens":
             out[name] = np.array(CONTEXT_LENS, np.uint32)
+        elif SPECS[kernel].input(name).dtypes == ("BOOL",):
+            out[name] = rng.random(shape) < 0.7
         else:
             out[name] = rng.standard_normal(shape).astype(NUMPY[dtype])
     return out
@@ -100,7 +105,7 @@ def test_a_batch_item_does_not_depend_on_its_batch(client, kernel):
     entry = fuel_cy.registry[kernel]
     inputs = make_inputs(kernel, entry.dtypes[0], seed=1)
     params = params_for(kernel)
-    batched = {n for n in entry.inputs if entry.dims[n][0] == "B"}
+    batched = {n for n in entry.inputs if entry.dims[n][0] == "B" or entry.broadcasts.get(n, ("",))[0] == "B"}
     together = client.gather(client.compute(list(as_tuple(getattr(fd, kernel)(*dask_args(kernel, inputs), **params)))))
     for b in range(SIZES["B"]):
         alone = as_tuple(getattr(fuel_cy, kernel)(

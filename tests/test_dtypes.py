@@ -19,7 +19,7 @@ def test_record_agrees_with_numpy(code):
     npd = d.numpy_dtype()
     assert npd.itemsize == d.bytes
     assert repr(npd) == d.numpy_repr and npd.name == d.numpy_name
-    assert d.is_float == (npd.kind not in "iu")
+    assert d.is_float == (npd.kind not in "iub")
     assert np.dtype(d.work_numpy).itemsize >= d.bytes
     if d.is_float and code != "BF16":
         assert d.unit_roundoff == np.finfo(npd).eps / 2
@@ -40,7 +40,7 @@ def test_policies_and_derived_tables():
     assert POLICIES == {"F32": ("RoundNone", "float", "float32"), "F64": ("RoundNone", "double", "float64"),
                         "BF16": ("RoundBF16", "float", "float32"), "F16": ("RoundF16", "float", "float32")}
     assert dtypes.policy("f32", "BF16") == POLICIES["F32"] and dtypes.policy("f32", "F64") == POLICIES["F64"]
-    assert dtypes.policy("T", "U32") is None and INT_WORK == {"U32": ("unsigned int", "uint32")}
+    assert dtypes.policy("T", "U32") is None and INT_WORK == {"U32": ("unsigned int", "uint32"), "BOOL": ("unsigned char", "bool")}
     assert [npy_typenum(c) for c in ("float", "double", "unsigned int")] == \
         ["cnp.NPY_FLOAT32", "cnp.NPY_FLOAT64", "cnp.NPY_UINT32"]
     assert tolerance.UNIT_ROUNDOFF == {"F32": 2.0 ** -24, "F64": 2.0 ** -53, "BF16": 2.0 ** -8, "F16": 2.0 ** -11}

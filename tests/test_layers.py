@@ -5,11 +5,13 @@
     errors.py      the exceptions                              + contract's ContractError
     runtime/       what a kernel call goes through; with the modules it loads: _generated/
                    (compiled from templates/cython/ and the hand-written _core/) and _cpuid
-    __init__.py    the public API: re-exports runtime/ and the generated kernels
+    sdpa.py        torch's SDPA arguments mapped onto a generated kernel (numpy or torch arrays)
+    __init__.py    the public API: re-exports runtime/, the generated kernels and sdpa
     harness/       measuring and checking (bench, demo, references, tolerances, targets)
     codegen/       contracts -> generated code, stubs and the docs pages
     workspace.py   which checkout, which install mode
     cli.py, torch.py, dask.py   the command line and the optional integrations, on top
+    transformers.py             the transformers backend, over torch.py
     __main__.py    `python -m fuel_cy`
 
 An import may only go down this list (or stay inside its own layer), with the few lazy exceptions
@@ -34,11 +36,13 @@ TIERS: list[set[str]] = [
     {"contract"},
     {"errors"},
     {"runtime"},
+    {"sdpa"},
     {"fuel_cy"},
     {"harness"},
     {"codegen"},
     {"workspace"},
     {"cli", "torch", "dask"},
+    {"transformers"},
     {"__main__"},
 ]
 RANK = {layer: i for i, tier in enumerate(TIERS) for layer in tier}
@@ -316,8 +320,10 @@ def test_the_named_rules():
                                                                    "workspace", "fuel_cy"}]
     assert not [i for s, d, i in edges if s == "harness" and d in {"cli", "codegen", "workspace", "torch", "dask"}]
     # the CLI sits on top: only __main__ imports it; nothing imports the optional integrations
+    # but the transformers backend, which runs on fuel_cy.torch
     assert {i.source for s, d, i in edges if d == "cli" and s != "cli"} == {"fuel_cy/__main__.py"}
-    assert not [i for s, d, i in edges if d in {"torch", "dask"} and s != d]
+    assert not [i for s, d, i in edges if d in {"torch", "dask", "transformers"} and s != d
+                and (s, d) != ("transformers", "torch")]
     # the generated and hand-written Cython reach only the runtime
     assert {layer_of(i.target) for i in all_imports(ROOT) if not i.source.endswith(".py")} == {"runtime"}
 

@@ -65,7 +65,7 @@ def qkv(b, hq, hkv, sq, sk, d, dtype=torch.float32, seed=0):
 # ---- the API mirrors the numpy one ------------------------------------------------------------
 
 def test_every_kernel_is_a_custom_op_with_the_numpy_signature():
-    assert ft.__all__ == list(fuel_cy.registry)
+    assert ft.__all__ == [*fuel_cy.registry, "scaled_dot_product_attention"]
     for name in fuel_cy.registry:
         public = getattr(ft, name)
         assert list(inspect.signature(public).parameters) == list(inspect.signature(getattr(fuel_cy, name)).parameters)
@@ -94,6 +94,8 @@ def _opcheck_cases():
     yield "attention_varlen", (torch.randn(9, 2, 4), torch.randn(12, 1, 4), torch.randn(12, 1, 4),
                                torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 7, 12], dtype=torch.int32)), \
         {"causal": True}
+    yield "attention_masked", (torch.randn(2, 2, 5, 4), torch.randn(2, 1, 7, 4), torch.randn(2, 1, 7, 4),
+                               torch.rand(2, 1, 1, 7) < 0.6, torch.randn(1, 2, 5, 7)), {"softcap": 4.0}
 
 
 OPCHECK = {name: (args, kwargs) for name, args, kwargs in _opcheck_cases()}

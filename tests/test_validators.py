@@ -29,11 +29,14 @@ def _inputs(kernel, dtype=None, overrides=None):
     if dtype is None:
         dtype = "F32" if "F32" in kernel.float_dtypes else kernel.float_dtypes[0]
     arrays = []
+    by_name = {}
     for spec in kernel.inputs:
         shape = tuple(_value(s, overrides) for s in spec.dims)
+        if isinstance(spec.shape_constraint, expr.Broadcasts):   # the full extents it broadcasts to
+            shape = tuple(by_name[t.tensor].shape[t.index] for t in spec.shape_constraint.targets)
         code = dtype if spec.is_float else spec.dtypes[0]
         arrays.append(np.full(shape, 0.5 if spec.is_float else 0, dtype=NUMPY_DTYPES[code]))
-    by_name = {spec.name: a for spec, a in zip(kernel.inputs, arrays)}
+        by_name[spec.name] = arrays[-1]
     for cu, rows_of in (("cu_seqlens_q", "q"), ("cu_seqlens_k", "k")):  # varlen: offsets ending at the rows
         if cu in by_name and by_name[cu].size and by_name[rows_of].ndim:
             by_name[cu][-1] = by_name[rows_of].shape[0]
@@ -85,6 +88,8 @@ def _clause_cases():
         for spec in k.inputs:
             if isinstance(spec.shape_constraint, expr.Divisible):
                 yield k, ("divisible", spec.name)
+            if isinstance(spec.shape_constraint, expr.Broadcasts):
+                yield k, ("broadcasts", spec.name)
         for f in k.op_params.fields:
             yield k, ("param", f.name)
             if f.constraint is not None:
@@ -125,9 +130,10 @@ def test_clause(kernel, case):
         with pytest.raises(fuel_cy.InputError, match=rf"accept\.inputs\[{idx}\]\.layout\.{clause}"):
             _call(kernel, arrays)
     elif kind == "omitted":
-        # an omitted optional input is absent, not read: for ALiBi slopes that is slope 0
+        # an omitted optional input is absent, not read: for ALiBi slopes and a bias that is 0,
+        # for a boolean mask True everywhere (every pair takes part)
         idx = case[1]
-        zeros = np.zeros_like(arrays[idx])
+        zeros = np.ones_like(arrays[idx]) if arrays[idx].dtype == np.bool_ else np.zeros_like(arrays[idx])
         arrays[idx] = None
         omitted = _call(kernel, arrays)
         arrays[idx] = zeros
@@ -155,9 +161,24 @@ def test_clause(kernel, case):
         arrays = _inputs(kernel, overrides={sym: num_value - 1})
         with pytest.raises(fuel_cy.InputError, match=r"shape_constraint 'divisible"):
             _call(kernel, arrays)
+    elif kind == "broadcasts":
+        # each dim may be 1 or its target's extent; one more than the target is neither
+        idx = next(i for i, spec in enumerate(kernel.inputs) if spec.name == case[1])
+        for axis in range(arrays[idx].ndim):
+            shape = list(arrays[idx].shape)
+            ok = list(shape)
+            ok[axis] = 1
+            shape[axis] += 1
+            good = list(arrays)
+            good[idx] = np.zeros(ok, arrays[idx].dtype)
+            _call(kernel, good)
+            arrays2 = list(arrays)
+            arrays2[idx] = np.zeros(shape, arrays[idx].dtype)
+            with pytest.raises(fuel_cy.InputError, match=r"shape_constraint 'broadcasts_to"):
+                _call(kernel, arrays2)
     elif kind == "param":
         field = next(f for f in kernel.op_params.fields if f.name == case[1])
-        bad = {"f32": [float("nan"), float("inf"), "0.5", True], "bool": [1, "yes", None if not field.optional else 2],
+        bad = {"f32": [float("nan"), float("inf"), "0.5", True], "f64": [float("nan"), float("inf"), "0.5", True], "bool": [1, "yes", None if not field.optional else 2],
                "usize": [-1, 1.5, True], "DynScalar": [-1, 2.5, "3"]}[field.base_kind]
         for value in bad:
             if value is None:

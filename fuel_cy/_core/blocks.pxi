@@ -32,6 +32,13 @@ cdef struct AttnOpts:
     Py_ssize_t shift  # query row i sits at key position i + shift for the masks (0: top-left;
                       # Sk - Sq: bottom-right, attention_varlen's per-sequence alignment)
     fc_interrupt* it  # this call's Ctrl-C state, polled between tasks
+    # attention_masked: a boolean mask (unsigned char, nonzero: the pair takes part) and an
+    # additive bias (the work type), each [MB, MH, MQ, Sk] read at b * sb + h * sh + i * si + j,
+    # a stride 0 where that dim broadcasts; NULL: none
+    const void* mask
+    Py_ssize_t m_sb, m_sh, m_si
+    const void* bias
+    Py_ssize_t a_sb, a_sh, a_si
 
 
 cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
@@ -92,6 +99,32 @@ cdef inline void transform_row(rnd_t tag, real_t* s, Py_ssize_t n, Py_ssize_t j0
         admissible_range(qpos, o, &lo, &hi)
         for j in range(n):
             if j0 + j < lo or j0 + j >= hi:
+                s[j] = -INFINITY
+
+
+cdef inline int mask_tile_class(const unsigned char* m, Py_ssize_t step, Py_ssize_t nr, Py_ssize_t nc) noexcept nogil:
+    """attn_mask over a tile of nr rows (step elements apart; 0: one row shared) and nc keys:
+    0 when it masks every pair, 2 when it masks none, 1 otherwise."""
+    cdef Py_ssize_t r, j
+    cdef unsigned char any_ = 0, all_ = 1
+    for r in range(nr if step != 0 else 1):
+        for j in range(nc):
+            any_ |= m[r * step + j] != 0
+            all_ &= m[r * step + j] != 0
+    return 0 if not any_ else (2 if all_ else 1)
+
+
+cdef inline void apply_masks(rnd_t tag, real_t* s, Py_ssize_t n, const unsigned char* m, const real_t* a) noexcept nogil:
+    """Scores of one row -> the bias a added (a score already masked stays -inf: a bias of +inf
+    never unmasks it), then -inf where m is 0.  Either may be NULL."""
+    cdef Py_ssize_t j
+    if a != NULL:
+        for j in range(n):
+            if s[j] != -INFINITY:
+                s[j] = R(tag, s[j] + a[j])
+    if m != NULL:
+        for j in range(n):
+            if m[j] == 0:
                 s[j] = -INFINITY
 
 

@@ -172,7 +172,20 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.wr = _window(params.get("window_size_right"), max(Sk - shift, 0))
     o.k_len = Sk if params.get("k_len") is None else min(params["k_len"], Sk)
     o.it = NULL   # set by the driver that owns the call
+    o.mask = NULL
+    o.bias = NULL
+    o.m_sb = o.m_sh = o.m_si = o.a_sb = o.a_sh = o.a_si = 0
     return o
+
+
+cdef inline void _mask_strides(tuple mdims, Shape* sh, Py_ssize_t* sb, Py_ssize_t* shd, Py_ssize_t* si):
+    """The element strides of a [MB, MH, MQ, Sk] mask broadcast to [B, Hq, Sq, Sk] (validated:
+    each dim is 1 or the extent), 0 along a broadcast dim."""
+    cdef Py_ssize_t MB, MH, MQ
+    MB, MH, MQ = mdims
+    si[0] = sh.Sk if MQ != 1 else 0
+    shd[0] = MQ * sh.Sk if MH != 1 else 0
+    sb[0] = MH * MQ * sh.Sk if MB != 1 else 0
 
 
 PACKED_BUDGET_BYTES = 32 * 1024 * 1024
@@ -208,9 +221,12 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
 
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
                      real_t* out, tuple dims, dict params, int nthreads, bint naive,
-                     bint bf16_pairs=False, Py_ssize_t shift=0):
+                     bint bf16_pairs=False, Py_ssize_t shift=0, const unsigned char* mask=NULL,
+                     const real_t* bias=NULL, tuple mask_dims=None):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
-    fc_amx.h).  shift: the masks' alignment (_opts)."""
+    fc_amx.h).  shift: the masks' alignment (_opts).  mask, bias: attention_masked's [MB, MH, MQ,
+    Sk] boolean mask and additive bias (flash only), mask_dims (MB, MH, MQ, AB, AH, AQ) their
+    leading dims."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
@@ -221,6 +237,12 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         return
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
     cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
+    if mask != NULL:
+        o.mask = mask
+        _mask_strides(mask_dims[:3], &sh, &o.m_sb, &o.m_sh, &o.m_si)
+    if bias != NULL:
+        o.bias = bias
+        _mask_strides(mask_dims[3:], &sh, &o.a_sb, &o.a_sh, &o.a_si)
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
     cdef Py_ssize_t per_head = ntiles * sh.D * BC
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv

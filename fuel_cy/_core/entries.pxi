@@ -11,8 +11,8 @@
 # The convention (codegen/cores.py BINDINGS says which kernel calls which driver with which dims):
 #   driver       a drive_* name of drivers_api.pxi, without the prefix: attention_naive,
 #                attention_flash, attention_paged_naive, attention_flash_backward, attention_varlen,
-#                or a half driver (attention_flash_half, attention_paged_half,
-#                attention_flash_backward_half, attention_varlen_half)
+#                attention_masked, or a half driver (attention_flash_half, attention_paged_half,
+#                attention_flash_backward_half, attention_varlen_half, attention_masked_half)
 #   code         the contract dtype of the float inputs (F32, F64, BF16, F16)
 #   f32_compute  run under the float32 policy (precision.compute: f32) instead of math in T
 #   inputs       the validated arrays in the driver's order (cores.py Driver.inputs); None for an
@@ -31,11 +31,14 @@ cdef enum:
     _DRV_BACKWARD_HALF = 6
     _DRV_VARLEN = 7
     _DRV_VARLEN_HALF = 8
+    _DRV_MASKED = 9
+    _DRV_MASKED_HALF = 10
 
 _DRIVERS = {"attention_naive": _DRV_NAIVE, "attention_flash": _DRV_FLASH, "attention_flash_half": _DRV_FLASH_HALF,
             "attention_paged_naive": _DRV_PAGED, "attention_paged_half": _DRV_PAGED_HALF,
             "attention_flash_backward": _DRV_BACKWARD, "attention_flash_backward_half": _DRV_BACKWARD_HALF,
-            "attention_varlen": _DRV_VARLEN, "attention_varlen_half": _DRV_VARLEN_HALF}
+            "attention_varlen": _DRV_VARLEN, "attention_varlen_half": _DRV_VARLEN_HALF,
+            "attention_masked": _DRV_MASKED, "attention_masked_half": _DRV_MASKED_HALF}
 DRIVERS = tuple(_DRIVERS)   # for the tests: every driver this core can run
 
 
@@ -77,7 +80,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     cdef int tn = cnp.NPY_FLOAT32 if real_t is float else cnp.NPY_FLOAT64
     cdef int u32 = cnp.NPY_UINT32
     cdef bint halfdrv = (driver == _DRV_FLASH_HALF or driver == _DRV_PAGED_HALF or driver == _DRV_BACKWARD_HALF
-                         or driver == _DRV_VARLEN_HALF)
+                         or driver == _DRV_VARLEN_HALF or driver == _DRV_MASKED_HALF)
     npwork = "float32" if real_t is float else "float64"
     if halfdrv and not (narrow and real_t is float and (rnd_t is RoundNone or driver == _DRV_PAGED_HALF)):
         return NotImplemented
@@ -122,7 +125,34 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                            <const unsigned int*>_ptr(lens, u32), <const float*>_ptr(s_a, tn),
                                            <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
-    if driver >= _DRV_VARLEN:
+    if driver == _DRV_MASKED or driver == _DRV_MASKED_HALF:
+        q, k, v, mask, bias = ins
+        sk = _dim(k, 2)
+        # a key dim of 1 broadcasts too: expanded here (the cores read a mask row as Sk keys)
+        if mask is not None and _dim(mask, 3) != sk:
+            mask = _np.ascontiguousarray(_np.broadcast_to(mask, mask.shape[:3] + (sk,)))
+        if bias is not None and _dim(bias, 3) != sk:
+            bias = _np.ascontiguousarray(_np.broadcast_to(bias, bias.shape[:3] + (sk,)))
+        mdims = ((mask.shape[:3] if mask is not None else (1, 1, 1))
+                 + (bias.shape[:3] if bias is not None else (1, 1, 1)))
+        q_a = _win(q, npwork, code, narrow, nthreads, "q")
+        k_a = _win(k, npwork, code, narrow, nthreads, "k")
+        v_a = _win(v, npwork, code, narrow, nthreads, "v")
+        b_a = _win(bias, npwork, code, narrow, nthreads, "attn_bias")
+        out = _out("out:out", q, npwork, narrow, tn)
+        if driver == _DRV_MASKED:
+            drive_attention_masked(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
+                                   <const real_t*>_ptr(v_a, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
+                                   <const real_t*>_ptr(b_a, tn), <real_t*>_ptr(out, tn), dims, params, nthreads,
+                                   mdims)
+        else:
+            if rnd_t is RoundNone and real_t is float:
+                drive_attention_masked_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
+                                            <const float*>_ptr(v_a, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
+                                            <const float*>_ptr(b_a, tn), <float*>_ptr(out, tn), dims, params,
+                                            nthreads, mdims, is_f16)
+        return _from_work(out, code, nthreads) if narrow else out
+    if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
         q, k, v, cu_q, cu_k = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")

@@ -130,6 +130,19 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t totals[BR_FLASH]
     cdef bint live[BR_FLASH]
     cdef Py_ssize_t nrow, ilast
+    # attention_masked's masks at the tile's first row (key 0) and the step between its rows
+    cdef const unsigned char* mrow0 = NULL
+    cdef const real_t* arow0 = NULL
+    cdef const unsigned char* mtile
+    cdef Py_ssize_t mstep = 0, astep = 0
+    cdef int mcls
+    cdef bint tmask
+    if o.mask != NULL:
+        mrow0 = <const unsigned char*>o.mask + b * o.m_sb + h * o.m_sh + i0 * o.m_si
+        mstep = hstep * o.m_sh + pstep * o.m_si
+    if o.bias != NULL:
+        arow0 = <const real_t*>o.bias + b * o.a_sb + h * o.a_sh + i0 * o.a_si
+        astep = hstep * o.a_sh + pstep * o.a_si
     nr = (G - qt * BR_FLASH) if heads_as_rows else (Sq - i0)
     if nr > BR_FLASH:
         nr = BR_FLASH
@@ -154,6 +167,17 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         cls = tile_class(i0, ilast, j0, j0 + nc - 1, o)   # (positions shift inside: admissible_range)
         if cls == 0:
             continue
+        # a key tile the boolean mask masks whole is skipped like a causal one; one it masks
+        # nowhere takes the unmasked path
+        tmask = arow0 != NULL
+        mtile = NULL
+        if mrow0 != NULL:
+            mcls = mask_tile_class(mrow0 + j0, mstep, nr, nc)
+            if mcls == 0:
+                continue
+            if mcls == 1:
+                tmask = True
+                mtile = mrow0 + j0
         # Tiles with nothing but a positive scale take a fused path: the row max of the raw dots
         # gives the max of the scores (rounding, to f32 or to T, is monotonic), then one pass
         # computes exp(scale * x - m), stores it and sums it.  Same math, two passes instead of
@@ -162,7 +186,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         # weights are computed there (they would be masked to p = 0).  Math in T keeps those
         # columns, as the emulation does within a tile: their p = 0 enter O's rounded sums,
         # where R(-0 + R(0 * v)) can be +0.
-        plain = (cap == 0 and slopes == NULL and scale > 0
+        plain = (not tmask and cap == 0 and slopes == NULL and scale > 0
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
         if rnd_t is RoundNone and plain and cls == 1 and ilast + o.shift + 1 - j0 < nc:
             nc = ilast + o.shift + 1 - j0
@@ -182,6 +206,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             else:
                 slope = slopes[h + r * hstep] if slopes != NULL else 0
                 transform_row(tag, srow, nc, j0, i0 + r * pstep, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
+                if tmask:
+                    apply_masks(tag, srow, nc, mtile + r * mstep if mtile != NULL else NULL,
+                                arow0 + r * astep + j0 if arow0 != NULL else NULL)
                 mt = row_max(srow, nc)
             mn = mt if (mt > m[r] or mt != mt) else m[r]
             live[r] = False

@@ -60,6 +60,11 @@ VARLEN = Driver("attention_varlen", ("Tq", "Tk", "B1", "Hq", "Hkv", "D"),
                  DriverInput("cu_seqlens_q", "U32"), DriverInput("cu_seqlens_k", "U32")),
                 ("out",), ("softmax_scale",), mask_alignment="bottom_right")
 
+MASKED = Driver("attention_masked", FORWARD_DIMS,
+                (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
+                 DriverInput("attn_mask", "BOOL", optional=True), DriverInput("attn_bias", "T", optional=True)),
+                ("out",), ("softmax_scale",))
+
 
 @dataclass(frozen=True)
 class CoreBinding:
@@ -93,6 +98,7 @@ BINDINGS: Mapping[str, CoreBinding] = {
     # the model-facing kernels (contracts/fuel-cy-model.md): f32/f64 in their own type, bf16/f16
     # under the float32 policy with the bf16 scores of attention_flash_half
     "attention_varlen": CoreBinding(VARLEN, half_driver="attention_varlen_half"),
+    "attention_masked": CoreBinding(MASKED, half_driver="attention_masked_half"),
 }
 """Kernel name -> its binding.  A kernel not listed gets a stub that raises NotImplementedError."""
 

@@ -220,9 +220,12 @@ def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_in
     else:
         if isinstance(c, expr.Divisible):
             source = f"_v.divisible({expr.to_source(c.numerator, leaf)}, {expr.to_source(c.denominator, leaf)})"
+        elif isinstance(c, expr.Broadcasts):
+            targets = "".join(f"{expr.to_source(t, leaf)}, " for t in c.targets)
+            source = f"_v.broadcasts({owner}.shape, ({targets}))"
         else:
             source = " == ".join(expr.to_source(t, leaf) for t in c.terms)
-        values = []
+        values = [(f"{owner}.shape", f"{owner}.shape")] if isinstance(c, expr.Broadcasts) else []
         refs = {owner}
         for n in _leaves(c):
             src = leaf(n)
@@ -343,8 +346,14 @@ def _cost_source(formula: expr.Formula) -> str:
 
 
 def _symbol_sources(kernel: Kernel) -> tuple[tuple[str, str], ...]:
+    """The symbols the cost formulas use (only those: an absent optional input's dims are not in
+    `shapes`), each with the source of its value."""
+    used: set[str] = set()
+    for formula in _formulas(kernel).values():
+        if formula is not None:
+            used |= formula.symbols
     out = []
-    for s in sorted(cost_symbols(kernel)):
+    for s in sorted(cost_symbols(kernel) & used):
         if s in kernel.symbols:
             inp, axis = kernel.symbols[s]
             out.append((s, f"shapes[{inp!r}][{axis}]"))
@@ -405,6 +414,9 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         determinism=kernel.determinism, compute=p.compute,
         cost_formulas={key: str(f) for key, f in formulas.items()},
         provenance=kernel.cost.provenance, overhead_ns=kernel.cost.overhead_ns, implemented=binding is not None,
+        broadcasts={spec.name: tuple(kernel.input(t.tensor).dims[t.index] if isinstance(t, expr.DimRef) and t.tensor
+                                     else expr.node_str(t) for t in spec.shape_constraint.targets)
+                    for spec in kernel.inputs if isinstance(spec.shape_constraint, expr.Broadcasts)},
     )
     py = python_view(kernel, params, api)
     return KernelView(

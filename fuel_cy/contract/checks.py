@@ -123,6 +123,10 @@ def _check_shape_constraint(k: Kernel, spec: InputSpec, kp: str, known: _Known, 
             if mine is not None and theirs is not None and mine != theirs:
                 add(spec.loc.line, keypath, f"same_as={c.other} but ranks differ ({mine} vs {theirs})")
     elif c is not None:
+        if isinstance(c, expr.Broadcasts):
+            rank = known.rank(spec.name)
+            if rank is not None and rank != len(c.targets):
+                add(spec.loc.line, keypath, f"broadcasts_to names {len(c.targets)} dims for an input of rank {rank}")
         for node in expr.constraint_nodes(c):
             _check_node(node, k, known, known.rank(spec.name), False, add, spec.loc.line, keypath)
 

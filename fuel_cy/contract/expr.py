@@ -12,6 +12,7 @@ Contract text never reaches ``eval``: it is tokenized, parsed into a tiny AST an
     call       := ("sqrt" | "max") "(" expr ("," expr)* ")"   # param defaults only
     constraint := "same_as" "=" INPUT
                 | "divisible" "(" expr "," expr ")"
+                | "broadcasts_to" "(" expr ("," expr)* ")"   # each dim is 1 or the expr at its axis
                 | [expr] ("==" | "=") expr (("==" | "=") expr)*   # a leading "==" means "self"
 
 ``str(parse(x))`` is a normalized spelling that parses back to an equal AST.  Calls of the
@@ -343,7 +344,18 @@ class Equal:
         return " == ".join(parts)
 
 
-Constraint = Union[SameAs, Divisible, Equal]
+@dataclass(frozen=True)
+class Broadcasts:
+    """The owner's dims, axis by axis, are each 1 or the target at that axis (numpy's and torch's
+    broadcasting of an array to a shape of the same rank)."""
+
+    targets: tuple[Node, ...]
+
+    def __str__(self) -> str:
+        return f"broadcasts_to({', '.join(node_str(t) for t in self.targets)})"
+
+
+Constraint = Union[SameAs, Divisible, Equal, Broadcasts]
 
 
 def parse_constraint(text: str) -> Constraint:
@@ -367,6 +379,16 @@ def parse_constraint(text: str) -> Constraint:
         p.take(")")
         p.done()
         return Divisible(a, b)
+    if p.peek() == ("ident", "broadcasts_to") and p.peek(1)[1] == "(":
+        p.take()
+        p.take("(")
+        targets = [p.expr()]
+        while p.peek()[1] == ",":
+            p.take(",")
+            targets.append(p.expr())
+        p.take(")")
+        p.done()
+        return Broadcasts(tuple(targets))
     terms: list[Node] = []
     if p.peek()[1] in ("==", "="):
         terms.append(SelfRef())
@@ -377,7 +399,7 @@ def parse_constraint(text: str) -> Constraint:
         terms.append(p.expr())
     p.done()
     if len(terms) < 2:
-        raise ExprError(f"expected 'same_as=', 'divisible(a, b)' or an equality, found {text!r}")
+        raise ExprError(f"expected 'same_as=', 'divisible(a, b)', 'broadcasts_to(a, ...)' or an equality, found {text!r}")
     return Equal(tuple(terms))
 
 
@@ -386,4 +408,6 @@ def constraint_nodes(c: Constraint) -> tuple[Node, ...]:
         return (c.numerator, c.denominator)
     if isinstance(c, Equal):
         return c.terms
+    if isinstance(c, Broadcasts):
+        return c.targets
     return ()

@@ -154,6 +154,7 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     rows += paged_rows
     rows += _mixed_rows(torch, rng, quick, progress, copy_rate)
     rows += _varlen_rows(torch, rng, quick, progress)
+    rows += _sdpa_rows(torch, rng, quick, progress)
     rows += _numpy_rows(rng, progress)
     rows += _threads_rows(rng, quick, progress)
     rows += _per_call_rows(torch, rng, progress)
@@ -363,6 +364,51 @@ def _varlen_rows(torch, rng, quick, progress):
         t_ours, t_seq, t_pad = interleaved([ours, per_sequence, padded_batch], reps=3 if quick else REPS)
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA per sequence", t_seq * 1e3))
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA padded + mask", t_pad * 1e3))
+    return rows
+
+
+def _sdpa_rows(torch, rng, quick, progress):
+    """fuel_cy.scaled_dot_product_attention with a key-padding mask against torch SDPA with the same
+    mask (B = 4, H = 8, L = S = 1024; each sequence keeps a different prefix of its keys), f32
+    and bf16, and without a mask against attention_flash(_mixed) (the entry's own cost)."""
+    import fuel_cy
+
+    if torch is None:
+        return []
+    b, h, n = 4, 8, 1024
+    keep_lens = [1024, 900, 640, 333]
+    flops = 4 * b * h * n * n   # times D below: every pair, as torch computes it
+    rows = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for d in ((64,) if quick else (64, 128)):
+        shape = f"B={b} H={h} L=S={n} D={d}, key padding (keeps {'/'.join(map(str, keep_lens))})"
+        keep = torch.arange(n)[None, :] < torch.tensor(keep_lens)[:, None]
+        mask_t = keep[:, None, None, :]
+        mask = mask_t.numpy()
+        for code, tdt in (("F32", torch.float32), ("BF16", torch.bfloat16)):
+            progress(f"sdpa {code} {shape}")
+            x = [torch.randn(b, h, n, d, generator=torch.Generator().manual_seed(i)).to(tdt) for i in range(3)]
+            arrays = [fuel_cy_numpy(t) for t in x]
+            flash = fuel_cy.attention_flash if code == "F32" else fuel_cy.attention_flash_mixed
+
+            def ours():
+                fuel_cy.scaled_dot_product_attention(*arrays, attn_mask=mask)
+
+            def peer():
+                with torch.no_grad():
+                    sdpa(*x, attn_mask=mask_t)
+
+            def unmasked():
+                fuel_cy.scaled_dot_product_attention(*arrays)
+
+            def plain():
+                flash(*arrays)
+
+            t_ours, t_peer, t_un, t_plain = interleaved([ours, peer, unmasked, plain], reps=3 if quick else REPS)
+            rows.append(_row("scaled_dot_product_attention", code, shape, t_ours * 1e3, flops * d,
+                             "torch SDPA same mask", t_peer * 1e3))
+            rows.append(_row("scaled_dot_product_attention", code, f"B={b} H={h} L=S={n} D={d}, no mask",
+                             t_un * 1e3, flops * d, f"fuel_cy {flash.__name__}", t_plain * 1e3))
     return rows
 
 

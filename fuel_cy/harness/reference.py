@@ -51,6 +51,20 @@ def attention(q, k, v, alibi=None, *, softmax_scale=None, causal=False, window_s
     return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
 
 
+def masked_attention(q, k, v, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False, softcap=None):
+    """torch SDPA's masks: scores (scale a float64), softcap, + attn_bias, then -inf where attn_mask
+    is False or causal (top-left) masks; both broadcast to [B, Hq, Sq, Sk]."""
+    d = q.shape[-1]
+    scale = 1 / np.sqrt(max(d, 1)) if softmax_scale is None else float(softmax_scale)
+    s, _ = _scores(q, k, scale, causal, None, None, softcap, None, None)
+    if attn_bias is not None:
+        s = np.where(np.isneginf(s), s, s + np.asarray(attn_bias, np.float64))
+    if attn_mask is not None:
+        s = np.where(np.broadcast_to(attn_mask, s.shape), s, -np.inf)
+    vv = np.repeat(np.asarray(v, np.float64), q.shape[1] // k.shape[1], axis=1)
+    return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
+
+
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None, causal=False,
                      window_size_left=None, window_size_right=None, softcap=None):
     """Packed sequences [T, H, D]: each alone, query i at key position i + lk - lq (bottom-right)."""

@@ -19,15 +19,19 @@ DEFAULT_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "paged": {"q": (4, 8, 1, 64), "k_cache": (96, 16, 2, 64), "block_table": (4, 24)},
     # packed sequences: q/k rows split into 3 sequences of random lengths (chunked prefill: lk >= lq)
     "varlen": {"q": (384, 8, 64), "k": (640, 2, 64)},
+    # a key-padding mask [B, 1, 1, Sk] and a bias [1, Hq, Sq, Sk]
+    "masked": {"q": (2, 8, 256, 64), "k": (2, 2, 512, 64)},
 }
 
 
 def kernel_kind(inputs: tuple[str, ...]) -> str:
-    """forward, backward, paged or varlen, from the input names the contracts give these kernels."""
+    """forward, backward, paged, varlen or masked, from the input names the contracts give these kernels."""
     if "k_cache" in inputs:
         return "paged"
     if "cu_seqlens_q" in inputs:
         return "varlen"
+    if "attn_mask" in inputs:
+        return "masked"
     return "backward" if "do_grad" in inputs else "forward"
 
 
@@ -149,6 +153,14 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
         cu_k = np.concatenate([[0], np.sort(rng.integers(0, k.shape[0] + 1, 2)), [k.shape[0]]]).astype(np.uint32)
         args = [q, k, v, cu_q, cu_k]
         return args, params, lambda: reference.varlen_attention(q, k, v, cu_q, cu_k, **params)
+    if kind == "masked":
+        params["causal"] = spec.causal
+        # a key-padding mask (each sequence keeps a random prefix of its keys) and a small bias
+        b, sk = q.shape[0], k.shape[2]
+        keep = (np.arange(sk)[None, :] < rng.integers(1, sk + 1, b)[:, None])[:, None, None, :]
+        bias = (rng.standard_normal((1, q.shape[1], q.shape[2], sk)) * 0.5).astype(T)
+        return ([q, k, v, keep, bias], params,
+                lambda: reference.masked_attention(q, k, v, keep, bias, **params))
     alibi = rng.random(q.shape[1]).astype(T) if spec.alibi else None
     if "causal" in entry.params:
         params["causal"] = spec.causal

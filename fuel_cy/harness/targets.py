@@ -72,6 +72,13 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
               varlen("torch SDPA per sequence"), 1.2),
         check("varlen >= 1.5x torch SDPA on the padded batch with a mask", varlen("torch SDPA padded + mask"), 1.5),
     ]
+    sdpa = lambda peer: ratios(lambda r: r["kernel"] == "scaled_dot_product_attention" and r["peer"].startswith(peer))  # noqa: E731
+    out += [
+        check("SDPA entry with a key-padding mask >= 1.2x torch SDPA with the same mask (B=4 H=8 L=S=1024)",
+              sdpa("torch SDPA same mask"), 1.2),
+        # within the timing noise of the kernel it runs: the entry adds no cost of its own
+        check("SDPA entry without a mask >= 0.95x attention_flash(_mixed)", sdpa("fuel_cy attention_flash"), 0.95),
+    ]
     per_call = [r for r in rows if r["shape"].startswith("per call") and r.get("ratio") is not None]
     out.append(check("per call <= torch SDPA per call (decode GQA, same process)", [r["ratio"] for r in per_call], 1.0))
     imp = result.get("import_ms")

@@ -84,6 +84,7 @@ RULES: dict[str, list[Callable[..., None]]] = {
     "attention_paged_naive": [_softcap, _paged],
     "attention_flash_backward": [_softcap],
     "attention_varlen": [_softcap, _cu_seqlens],
+    "attention_masked": [_softcap],
 }
 
 

@@ -123,6 +123,11 @@ def divisible(a: int, b: int) -> bool:
     return b != 0 and a % b == 0
 
 
+def broadcasts(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """Each dim of `shape` is 1 or the target's at that axis (same rank: the caller checked it)."""
+    return len(shape) == len(target) and all(s == 1 or s == t for s, t in zip(shape, target))
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 

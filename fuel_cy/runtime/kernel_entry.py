@@ -47,10 +47,14 @@ class KernelEntry:
     provenance: str
     overhead_ns: Optional[float]
     implemented: bool  # a core driver serves it (else calling it raises NotImplementedError)
+    # input name -> the dim symbols of the extents it broadcasts to, axis by axis (a
+    # `broadcasts_to` shape constraint: each of its dims is 1 or that extent), e.g. attn_mask ->
+    # (B, Hq, Sq, Sk)
+    broadcasts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     fn: Callable[..., Any] = field(default=_unlinked, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("dims", "precision", "cost_formulas"):  # read-only, like the rest
+        for name in ("dims", "precision", "cost_formulas", "broadcasts"):  # read-only, like the rest
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
