@@ -34,7 +34,7 @@ def _inputs(kernel, dtype=None, overrides=None):
         shape = tuple(_value(s, overrides) for s in spec.dims)
         if isinstance(spec.shape_constraint, expr.Broadcasts):   # the full extents it broadcasts to
             shape = tuple(by_name[t.tensor].shape[t.index] for t in spec.shape_constraint.targets)
-        code = dtype if spec.is_float else spec.dtypes[0]
+        code = dtype if spec.shares_t else spec.dtypes[0]
         arrays.append(np.full(shape, 0.5 if spec.is_float else 0, dtype=NUMPY_DTYPES[code]))
         by_name[spec.name] = arrays[-1]
     for cu, rows_of in (("cu_seqlens_q", "q"), ("cu_seqlens_k", "k")):  # varlen: offsets ending at the rows

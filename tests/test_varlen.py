@@ -15,9 +15,10 @@ CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(ml_d
          np.dtype(np.float16): "F16"}
 
 
-def reference(q, k, v, cu_q, cu_k, scale=None, causal=False, left=None, right=None, softcap=None):
+def reference(q, k, v, cu_q, cu_k, scale=None, causal=False, left=None, right=None, softcap=None, slopes=None):
     """flash-attn's varlen forward in float64: sequence b alone, query i at key position
-    i + lk - lq; a row with no admissible key is zero."""
+    p = i + lk - lq; ALiBi as flash-attn's attention_ref, -slope * |p - j|; a row with no
+    admissible key is zero."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     hq, d = q.shape[1], q.shape[2]
     group = hq // k.shape[1]
@@ -39,6 +40,8 @@ def reference(q, k, v, cu_q, cu_k, scale=None, causal=False, left=None, right=No
             s = q[qs, h] @ k[ks, h // group].T * scale
             if softcap is not None:
                 s = np.tanh(s / softcap) * softcap
+            if slopes is not None:
+                s = s - float(slopes[h]) * np.abs(p - j)
             s = np.where(ok, s, -np.inf)
             m = s.max(axis=1, keepdims=True) if lk else np.zeros((lq, 1))
             live = np.isfinite(m)
@@ -94,6 +97,32 @@ def test_matches_flash_attn_semantics(dtype, lens, params):
     # rows with no admissible key are exactly zero
     dead = np.all(expected == 0, axis=(1, 2))
     assert not np.asarray(out, np.float64)[dead].any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("params", [{}, {"causal": True}, {"window_size_left": 20, "window_size_right": 5},
+                                    {"softcap": 4.0}])
+def test_alibi_is_flash_attns_form(dtype, params):
+    """float32 slopes with every dtype; -slope * |p - j| around the bottom-right position, which
+    differs from the seed's +slope * (j - i) by more than a constant per row when not causal."""
+    lens = ([3, 64, 17, 1], [100, 64, 300, 40])
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=11)
+    slopes = (2.0 ** -np.arange(1, 9)).astype(np.float32) * 4
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, slopes, **params)
+    expected = reference(q, k, v, cu_q, cu_k, None, params.get("causal", False), params.get("window_size_left"),
+                         params.get("window_size_right"), params.get("softcap"), slopes)
+    code = CODES[np.dtype(dtype)]
+    assert rel(out, expected) <= bound(code, 64, 300, compute="f32"), (code, rel(out, expected))
+    assert rel(out, reference(q, k, v, cu_q, cu_k, None, params.get("causal", False), params.get("window_size_left"),
+                              params.get("window_size_right"), params.get("softcap"))) > 1e-2   # the slopes act
+
+
+def test_alibi_slopes_are_float32_whatever_q_is():
+    q, k, v, cu_q, cu_k = packed([5], [9], 2, 2, 8, np.float64)
+    msg = input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k, np.ones(2, np.float64))
+    assert msg and "'alibi_slopes'" in msg and "F32" in msg
+    msg = input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k, np.ones(3, np.float32))
+    assert msg and "'alibi_slopes'" in msg and "dim Hq is shared" in msg
 
 
 @pytest.mark.parametrize("d", [80, 111, 256])

@@ -32,6 +32,8 @@ cdef struct AttnOpts:
     Py_ssize_t shift  # query row i sits at key position i + shift for the masks (0: top-left;
                       # Sk - Sq: bottom-right, attention_varlen's per-sequence alignment)
     fc_interrupt* it  # this call's Ctrl-C state, polled between tasks
+    int alibi_abs     # ALiBi in flash-attn's form, -slope * |p - j| at the key position p = i + shift,
+                      # instead of the seed's +slope * (j - i)
     # attention_masked: a boolean mask (unsigned char, nonzero: the pair takes part) and an
     # additive bias (the work type), each [MB, MH, MQ, Sk] read at b * sb + h * sh + i * si + j,
     # a stride 0 where that dim broadcasts; NULL: none
@@ -78,6 +80,10 @@ cdef inline int tile_class(Py_ssize_t ilo, Py_ssize_t ihi, Py_ssize_t jlo, Py_ss
     return 1
 
 
+cdef inline Py_ssize_t abs_diff(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return a - b if a >= b else b - a
+
+
 cdef inline void transform_row(rnd_t tag, real_t* s, Py_ssize_t n, Py_ssize_t j0, Py_ssize_t qpos,
                                real_t scale, real_t cap, real_t slope, bint has_alibi,
                                AttnOpts* o, bint masked, real_t* tout) noexcept nogil:
@@ -92,7 +98,10 @@ cdef inline void transform_row(rnd_t tag, real_t* s, Py_ssize_t n, Py_ssize_t j0
             if tout != NULL:
                 tout[j] = t
             s[j] = R(tag, t * cap)
-    if has_alibi:
+    if has_alibi and o.alibi_abs:
+        for j in range(n):
+            s[j] = R(tag, s[j] - R(tag, slope * R(tag, <real_t>abs_diff(j0 + j, qpos + o.shift))))
+    elif has_alibi:
         for j in range(n):
             s[j] = R(tag, s[j] + R(tag, slope * R(tag, <real_t>(j0 + j - qpos))))
     if masked:

@@ -172,6 +172,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.wr = _window(params.get("window_size_right"), max(Sk - shift, 0))
     o.k_len = Sk if params.get("k_len") is None else min(params["k_len"], Sk)
     o.it = NULL   # set by the driver that owns the call
+    o.alibi_abs = 0
     o.mask = NULL
     o.bias = NULL
     o.m_sb = o.m_sh = o.m_si = o.a_sb = o.a_sh = o.a_si = 0
@@ -222,7 +223,7 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
                      real_t* out, tuple dims, dict params, int nthreads, bint naive,
                      bint bf16_pairs=False, Py_ssize_t shift=0, const unsigned char* mask=NULL,
-                     const real_t* bias=NULL, tuple mask_dims=None):
+                     const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
     fc_amx.h).  shift: the masks' alignment (_opts).  mask, bias: attention_masked's [MB, MH, MQ,
     Sk] boolean mask and additive bias (flash only), mask_dims (MB, MH, MQ, AB, AH, AQ) their
@@ -237,6 +238,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         return
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
     cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
+    o.alibi_abs = alibi_abs
     if mask != NULL:
         o.mask = mask
         _mask_strides(mask_dims[:3], &sh, &o.m_sb, &o.m_sh, &o.m_si)
@@ -407,11 +409,12 @@ cdef void _scatter_heads(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssiz
 
 
 cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned int* cu_q,
-                    const unsigned int* cu_k, real_t* out, tuple dims, dict params, int nthreads,
-                    bint bf16_pairs):
+                    const unsigned int* cu_k, const real_t* slopes, real_t* out, tuple dims, dict params,
+                    int nthreads, bint bf16_pairs):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
     cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and cu_k[b] .. cu_k[b + 1] of k, v [Tk, Hkv, D],
-    its masks aligned to the bottom-right of its own block (query i at key position i + lk - lq).
+    its masks aligned to the bottom-right of its own block (query i at key position i + lk - lq),
+    ALiBi in flash-attn's form (slopes: one per query head, in the work type, or NULL).
     Each sequence is gathered into [Hq, lq, D] / [Hkv, lk, D] work arrays and runs the flash
     forward (the validators checked cu_q and cu_k: from 0, non-decreasing, to Tq and Tk)."""
     cdef Py_ssize_t Tq, Tk, B1, Hq, Hkv, D
@@ -439,7 +442,8 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             _gather_heads(k, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>kb), nt)
             _gather_heads(v, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
         _forward(tag, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>qb), <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>kb),
-                 <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), NULL, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>ob),
-                 (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq)
+                 <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), slopes, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>ob),
+                 (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL, <const real_t*>NULL,
+                 None, True)
         with nogil:
             _scatter_heads(<const real_t*>cnp.PyArray_DATA(<cnp.ndarray>ob), q0, lq, Hq, D, out, nt)

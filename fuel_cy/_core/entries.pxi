@@ -153,22 +153,23 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                             nthreads, mdims, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
-        q, k, v, cu_q, cu_k = ins
+        q, k, v, cu_q, cu_k, s = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
         v_a = _win(v, npwork, code, narrow, nthreads, "v")
+        s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
         out = _out("out:out", q, npwork, narrow, tn)
         if driver == _DRV_VARLEN:
             drive_attention_varlen(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
                                    <const real_t*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
-                                   <const unsigned int*>_ptr(cu_k, u32), <real_t*>_ptr(out, tn), dims, params,
-                                   nthreads)
+                                   <const unsigned int*>_ptr(cu_k, u32), <const real_t*>_ptr(s_a, tn),
+                                   <real_t*>_ptr(out, tn), dims, params, nthreads)
         else:
             if rnd_t is RoundNone and real_t is float:
                 drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
                                             <const float*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
-                                            <const unsigned int*>_ptr(cu_k, u32), <float*>_ptr(out, tn), dims,
-                                            params, nthreads, is_f16)
+                                            <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn),
+                                            <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
     q, k, v, do, s = ins
     q_a = _win(q, npwork, code, narrow, nthreads, "q")

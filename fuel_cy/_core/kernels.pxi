@@ -457,6 +457,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
     o.wr = -1
     o.shift = 0   # the paged rows carry their absolute positions themselves (qp below)
     o.k_len = kend
+    o.alibi_abs = 0
     zero(Qs, nh * nr4 * D)
     zero(O, nh * nr4 * D)
     for hl in range(nh):

@@ -19,7 +19,7 @@ class DriverInput:
     """An input a driver takes, in the contract's spelling."""
 
     name: str
-    dtype: str  # "T": a float input (the kernel's element type); else the integer dtype it reads
+    dtype: str  # "T": a float input of the kernel's element type; else the dtype it reads (own-typed)
     optional: bool = False  # NULL when the caller leaves it out
 
     def __str__(self) -> str:
@@ -57,7 +57,8 @@ BACKWARD = Driver("attention_flash_backward", FORWARD_DIMS,
 
 VARLEN = Driver("attention_varlen", ("Tq", "Tk", "B1", "Hq", "Hkv", "D"),
                 (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
-                 DriverInput("cu_seqlens_q", "U32"), DriverInput("cu_seqlens_k", "U32")),
+                 DriverInput("cu_seqlens_q", "U32"), DriverInput("cu_seqlens_k", "U32"),
+                 DriverInput("alibi_slopes", "F32", optional=True)),
                 ("out",), ("softmax_scale",), mask_alignment="bottom_right")
 
 MASKED = Driver("attention_masked", FORWARD_DIMS,
@@ -109,7 +110,7 @@ def check_binding(kernel: Kernel, binding: CoreBinding, report: Callable[[str, s
     not in the C compiler or at run time."""
     d = binding.driver
     bound = f"bound to drive_{d.name} ({CORES_FILE} BINDINGS)"
-    have = tuple(DriverInput(s.name, "T" if s.is_float else "|".join(s.dtypes), s.optional) for s in kernel.inputs)
+    have = tuple(DriverInput(s.name, "T" if s.shares_t else "|".join(s.dtypes), s.optional) for s in kernel.inputs)
     if have != d.inputs:
         report("accept.inputs", f"{bound}, which takes the inputs ({', '.join(map(str, d.inputs))}) in this order; "
                                 f"the contract declares ({', '.join(map(str, have))})")

@@ -60,6 +60,7 @@ class InputView:
     dims: tuple[tuple[int, str], ...]  # (axis, dim symbol)
     layout: tuple[tuple[str, str], ...]  # (layout key, policy) of each stated clause, most specific first
     is_float: bool
+    shares_t: bool  # of the kernel's element type T (an own-typed float input is not)
     line: int
     fast: Optional[FastCheck]  # None: only the full checks can serve it
     int_ctype: Optional[str]  # an integer input: the C and numpy types the driver reads it as
@@ -261,7 +262,7 @@ def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str], s
                                       f"accept.inputs[{idx}].shape_constraint {spec.shape_constraint_text!r}")
     return InputView(
         name=spec.name, index=idx, optional=spec.optional, dtypes=spec.dtypes, rank=spec.rank,
-        dims=tuple(enumerate(spec.dims)), layout=layout, is_float=spec.is_float, line=spec.loc.line,
+        dims=tuple(enumerate(spec.dims)), layout=layout, is_float=spec.is_float, shares_t=spec.shares_t, line=spec.loc.line,
         fast=_fast_check(spec, layout, symbols),
         int_ctype=integer[0] if integer else None, int_np=integer[1] if integer else None,
         constraint=constraint,
@@ -422,7 +423,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
     return KernelView(
         name=kernel.name, contract=contract_rel, line=kernel.loc.line, revision_hash=revision,
         provider=doc.provider.name, contract_title=doc.title,
-        inputs=inputs, params=params, signature=signature, float_inputs=tuple(i.name for i in inputs if i.is_float),
+        inputs=inputs, params=params, signature=signature, float_inputs=tuple(i.name for i in inputs if i.shares_t),
         outputs=outputs, bundle=entry.bundle, dtypes=dtypes,
         driver=binding is not None,
         driver_name=binding.driver.name if binding else None,

@@ -16,7 +16,7 @@ from .model import (
 )
 from .recover import is_indented, reindent, split_comment
 from ..dtypes import DTYPES
-from .schema import BLOCK, COMPUTE_MODES, LAYOUT_KEYS, LAYOUT_POLICIES, MASK_ALIGNMENTS, PARAM_KINDS
+from .schema import BLOCK, COMPUTE_MODES, ELEMENT_TYPES, LAYOUT_KEYS, LAYOUT_POLICIES, MASK_ALIGNMENTS, PARAM_KINDS
 from .yamlload import LDict, YamlProblem, load
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -278,13 +278,14 @@ def _inputs(top: Reader, ctx: BlockContext) -> tuple[InputSpec, ...]:
                           "a list of dim names", None)
         constraint, ctext = _parse_constraint(r, "shape_constraint")
         optional = r.boolean("optional", False)
+        element_type = r.take("element_type", lambda v: v in ELEMENT_TYPES, f"one of {', '.join(ELEMENT_TYPES)}", "T")
         fdx = _fdx(r.sub("fdx", None))
         r.finish()
         dims = _dims(r, explicit, ctx.comments.get(rank_line, ""), rank, rank_line, constraint, specs)
         specs.append(InputSpec(
             name=name, dtypes=dtypes, layout=layout, rank=len(dims) if rank is None else rank, dims=dims,
             shape_constraint=constraint, shape_constraint_text=ctext, optional=bool(optional),
-            fdx=fdx, loc=Location(ctx.path, r.line),
+            fdx=fdx, loc=Location(ctx.path, r.line), element_type=element_type or "T",
         ))
     accept.finish()
     return tuple(specs)

@@ -48,6 +48,7 @@ class InputSpec:
     optional: bool
     fdx: Optional[Fdx]
     loc: Location = _loc()
+    element_type: str = "T"  # schema.ELEMENT_TYPES: "own" keeps the input's dtype out of T
 
     def layout_policy(self, key: str) -> str:
         return dict(self.layout).get(key, "accepted")
@@ -55,6 +56,11 @@ class InputSpec:
     @property
     def is_float(self) -> bool:
         return all(d in FLOAT_CODES for d in self.dtypes)
+
+    @property
+    def shares_t(self) -> bool:
+        """A float input of the kernel's element type T (all such inputs of a call share one)."""
+        return self.is_float and self.element_type == "T"
 
 
 Literal = Union[bool, int, float, None]
@@ -235,7 +241,7 @@ class Kernel:
     @property
     def float_dtypes(self) -> tuple[str, ...]:
         """Element types T accepted by every float input (they share one T), in contract order."""
-        lists = [i.dtypes for i in self.inputs if i.is_float and not i.optional]
+        lists = [i.dtypes for i in self.inputs if i.shares_t and not i.optional]
         if not lists:
             return ()
         return tuple(d for d in lists[0] if all(d in other for other in lists[1:]))

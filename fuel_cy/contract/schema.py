@@ -38,7 +38,7 @@ GATHER = MapNode({"kind": None, "block_table": None, "context_lens": None})
 FDX = MapNode({"requires_ext": None, "symbolic_extent": None, "extent_kind": None, "gather": GATHER})
 INPUT = MapNode({
     "name": None, "dtypes": None, "layout": LAYOUT, "rank": None, "dims": None,
-    "shape_constraint": None, "optional": None, "fdx": FDX,
+    "shape_constraint": None, "optional": None, "fdx": FDX, "element_type": None,
 })
 FIELD = MapNode({"kind": None, "note": None, "constraint": None, "default": None})
 OUTPUT = MapNode({
@@ -91,3 +91,6 @@ COMPUTE_MODES = ("T", "f32")
 # seed's kernels: at key position i) or "bottom_right" (at i + Sk - Sq, per sequence: flash-attn
 # >= 2.1, vLLM, a decode step that sees its whole cache)
 MASK_ALIGNMENTS = ("top_left", "bottom_right")
+# an input's element type: T, the kernel's (shared by every such float input), or its own dtype
+# (float32 ALiBi slopes beside bfloat16 q, k, v)
+ELEMENT_TYPES = ("T", "own")

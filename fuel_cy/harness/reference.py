@@ -65,9 +65,10 @@ def masked_attention(q, k, v, attn_mask=None, attn_bias=None, *, softmax_scale=N
     return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
 
 
-def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None, causal=False,
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi=None, *, softmax_scale=None, causal=False,
                      window_size_left=None, window_size_right=None, softcap=None):
-    """Packed sequences [T, H, D]: each alone, query i at key position i + lk - lq (bottom-right)."""
+    """Packed sequences [T, H, D]: each alone, query i at key position p = i + lk - lq
+    (bottom-right); ALiBi in flash-attn's form, -slope * |p - j|."""
     d = q.shape[-1]
     scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
     out = np.zeros(q.shape, np.float64)
@@ -79,6 +80,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale=None,
         qb, kb, vb = (np.asarray(x, np.float64).transpose(1, 0, 2)[None] for x in (q[q0:q1], k[k0:k1], v[k0:k1]))
         qpos = np.arange(q1 - q0) + (k1 - k0) - (q1 - q0)
         s, _ = _scores(qb, kb, scale, causal, window_size_left, window_size_right, softcap, None, None, qpos)
+        if alibi is not None:
+            dist = np.abs(qpos[:, None] - np.arange(k1 - k0)[None, :])
+            s = s - np.asarray(alibi, np.float64)[None, :, None, None] * dist
         o = np.einsum("bhij,bhjd->bhid", _softmax(s), np.repeat(vb, group, axis=1))
         out[q0:q1] = o[0].transpose(1, 0, 2)
     return out

@@ -151,8 +151,9 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
         # three sequences with random cut points (an empty one possible, as in real batches)
         cu_q = np.concatenate([[0], np.sort(rng.integers(0, q.shape[0] + 1, 2)), [q.shape[0]]]).astype(np.uint32)
         cu_k = np.concatenate([[0], np.sort(rng.integers(0, k.shape[0] + 1, 2)), [k.shape[0]]]).astype(np.uint32)
-        args = [q, k, v, cu_q, cu_k]
-        return args, params, lambda: reference.varlen_attention(q, k, v, cu_q, cu_k, **params)
+        alibi = rng.random(q.shape[1]).astype(np.float32) if spec.alibi else None   # float32 slopes (own type)
+        args = [q, k, v, cu_q, cu_k, alibi]
+        return args, params, lambda: reference.varlen_attention(q, k, v, cu_q, cu_k, alibi, **params)
     if kind == "masked":
         params["causal"] = spec.causal
         # a key-padding mask (each sequence keeps a random prefix of its keys) and a small bias
