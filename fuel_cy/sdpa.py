@@ -6,7 +6,8 @@ that is boolean (True takes part) or float (added), broadcastable to `[..., H, L
 contract kernel `attention_masked` takes `[B, H, L, E]` and a boolean mask and an additive bias,
 each `[MB, MH, MQ, MK]` with every dim 1 or its extent.  This module maps one onto the other
 without copying where it can: leading dims fold into `B` (a view of a contiguous array), a mask
-dim that broadcasts by a stride of 0 (`np.broadcast_to`, torch's `expand`) is read as a dim of 1.
+dim that broadcasts by a stride of 0 (`np.broadcast_to`, torch's `expand`) is read as a dim of 1,
+and q, k, v are passed as the views they are (the kernel reads any view with unit-stride rows).
 
 The mapping is written once over the few operations numpy arrays and torch tensors share
 (`shape`, `reshape`, basic indexing); `ArrayOps` supplies the rest, so `fuel_cy.torch` runs the
@@ -35,6 +36,7 @@ class ArrayOps:
     dtype_name: Callable[[Any], str]
     zero_stride: Callable[[Any, int], bool]  # does axis i broadcast by a stride of 0?
     broadcast_to: Callable[[Any, tuple[int, ...]], Any]
+    contiguous: Callable[[Any], Any]  # C-contiguous (the array itself when it is already)
 
 
 NUMPY_OPS = ArrayOps(
@@ -43,6 +45,7 @@ NUMPY_OPS = ArrayOps(
     dtype_name=lambda x: str(x.dtype),
     zero_stride=lambda x, i: x.strides[i] == 0,
     broadcast_to=np.broadcast_to,
+    contiguous=np.ascontiguousarray,
 )
 
 
@@ -124,6 +127,7 @@ def sdpa(ops: ArrayOps, kernel: Callable[..., Any], query: Any, key: Any, value:
                          f"{ops.dtype_name(attn_mask)} with a {ops.dtype_name(query)} query")
         full = ((1,) * (3 - len(target)) + target) if len(target) < 3 else target
         folded = _fold_mask(ops, attn_mask.reshape((1,) * (len(full) - len(ms)) + ms), full, B)
+        folded = ops.contiguous(folded)   # the kernel reads masks C-contiguous (a sliced one is copied)
         if ops.is_bool(attn_mask):
             mask = folded
         else:

@@ -59,14 +59,15 @@ def _check_tensor(kernel: str, name: str, x: object) -> torch.Tensor:
     return x
 
 
-def _as_numpy(kernel: str, name: str, t: torch.Tensor, dtypes: tuple[str, ...]) -> np.ndarray:
-    """The tensor's memory as a numpy array: a view, or one copy when it is not C-contiguous."""
+def _as_numpy(kernel: str, name: str, t: torch.Tensor, dtypes: tuple[str, ...], strided: bool = False) -> np.ndarray:
+    """The tensor's memory as a numpy array: a view, or one copy when it is not C-contiguous and
+    the kernel's contract does not accept strided views of this input (`strided`)."""
     if type(t) is not torch.Tensor or not t.is_cpu:
         _check_tensor(kernel, name, t)
     if t.requires_grad:
         t = t.detach()  # .numpy() refuses tensors that require grad
-    if not t.is_contiguous():
-        t = t.contiguous()  # the kernels read C-contiguous memory only
+    if not strided and not t.is_contiguous():
+        t = t.contiguous()  # these kernels read C-contiguous memory only
     # An offset (storage_offset > 0) tensor needs no copy: its numpy view starts at the tensor's
     # first element and is owned by the tensor, so the kernels' start_offset check does not fire.
     if t.dtype == torch.bfloat16:  # numpy has no bf16: reinterpret the bits as ml_dtypes.bfloat16
@@ -104,17 +105,23 @@ def _op_signature(kernel: Kernel, fn: Callable[..., Any]) -> inspect.Signature:
     return inspect.Signature(params, return_annotation=returns)
 
 
+def _strided_inputs(kernel: Kernel) -> frozenset[str]:
+    """The inputs whose contract layout accepts strided views (read in place, not copied)."""
+    return frozenset(spec.name for spec in kernel.inputs if spec.layout_policy("strided") == "accepted")
+
+
 def _define(kernel: Kernel) -> tuple[Any, inspect.Signature]:
     """Register ``torch.ops.fuel_cy.<kernel>``: the CPU implementation and the fake one."""
     fn = registry[kernel.name].fn
     sig = _op_signature(kernel, fn)
     dtypes = {spec.name: spec.dtypes for spec in kernel.inputs}
+    strided = _strided_inputs(kernel)
 
     def impl(*args: Any, **kwargs: Any) -> Any:
         call = sig.bind(*args, **kwargs).arguments
         for name, value in call.items():
             if name in dtypes and value is not None:
-                call[name] = _as_numpy(kernel.name, name, value, dtypes[name])
+                call[name] = _as_numpy(kernel.name, name, value, dtypes[name], name in strided)
         out = fn(**call)
         return tuple(map(_as_tensor, out)) if isinstance(out, tuple) else _as_tensor(out)
 
@@ -188,6 +195,7 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
     tensors = [(i, spec.name, spec.optional) for i, spec in enumerate(kernel.inputs)]
     fn = registry[kernel.name].fn
     dtypes = {spec.name: spec.dtypes for spec in kernel.inputs}
+    strided = _strided_inputs(kernel)
     n_in = len(tensors)
 
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -204,11 +212,12 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
                 direct = False
         if not direct:
             return op(*args, **kwargs)
-        arrays = [a if a is None else _as_numpy(kernel.name, tensors[i][1], a, dtypes[tensors[i][1]])
+        arrays = [a if a is None else _as_numpy(kernel.name, tensors[i][1], a, dtypes[tensors[i][1]],
+                                                tensors[i][1] in strided)
                   for i, a in enumerate(args[:n_in])]
         for name in dtypes.keys() & kwargs.keys():  # inputs passed by keyword
             if kwargs[name] is not None:
-                kwargs[name] = _as_numpy(kernel.name, name, kwargs[name], dtypes[name])
+                kwargs[name] = _as_numpy(kernel.name, name, kwargs[name], dtypes[name], name in strided)
         out = fn(*arrays, *args[n_in:], **kwargs)
         return tuple(map(_as_tensor, out)) if isinstance(out, tuple) else _as_tensor(out)
 
@@ -219,7 +228,7 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
             if kernel.name in _GRADIENTS else "")
     call.__doc__ = (f"{kernel.blurb}\n\n`fuel_cy.{kernel.name}` on CPU torch tensors (the op "
                     f"`torch.ops.fuel_cy.{kernel.name}`); same parameters, returns tensors that own the "
-                    f"kernel's output memory. Non-contiguous inputs are copied once.{grad}")
+                    f"kernel's output memory. Non-contiguous inputs are copied once, except where the contract accepts strided views.{grad}")
     return call
 
 
@@ -241,6 +250,7 @@ TORCH_OPS = ArrayOps(
     dtype_name=lambda x: str(x.dtype).removeprefix("torch."),
     zero_stride=lambda x, i: x.stride(i) == 0,
     broadcast_to=lambda x, shape: x.expand(shape),
+    contiguous=lambda x: x.contiguous(),
 )
 
 
@@ -262,7 +272,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             if t is None:
                 arrays.append(None)
             elif type(t) is torch.Tensor and t.is_cpu and not (grad and t.requires_grad):
-                arrays.append(_as_numpy(NAME, name, t, ()))
+                # q, k, v in place (attention_masked reads strided views); the mask as it is, the
+                # sdpa mapping makes it contiguous where it must
+                arrays.append(_as_numpy(NAME, name, t, (), name != "attn_mask"))
             else:
                 break
         else:

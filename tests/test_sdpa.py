@@ -9,7 +9,7 @@ import pytest
 
 import fuel_cy
 from conftest import input_error_of
-from measures import bits, bound, rel
+from measures import bits, bound, peak_bytes_in_fresh_thread, rel
 
 CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(ml_dtypes.bfloat16): "BF16",
          np.dtype(np.float16): "F16"}
@@ -171,3 +171,40 @@ def test_mask_dtypes_are_checked():
     assert msg and "'attn_mask'" in msg and "BOOL" in msg
     msg = input_error_of(fuel_cy.attention_masked, q, k, v, attn_bias=np.ones((1, 1, 1, 10), np.float64))
     assert msg and "'attn_bias'" in msg and "share one element type" in msg
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
+def test_strided_views_are_read_in_place(dtype):
+    """[B, S, H, D] arrays viewed as [B, H, S, D], a slice of a fused qkv array (a start offset),
+    an expanded kv head (stride 0): the bits of the same values made contiguous, and for float32
+    no copy of q, k or v (the call allocates about the output alone)."""
+    b, s, hq, hkv, d = 2, 300, 8, 2, 64
+    rng = np.random.default_rng(8)
+    qkv = rng.standard_normal((b, s, hq + 2 * hkv, d)).astype(dtype)          # one fused projection
+    q = qkv[:, :, :hq].transpose(0, 2, 1, 3)
+    k = qkv[:, :, hq:hq + hkv].transpose(0, 2, 1, 3)
+    v = qkv[:, :, hq + hkv:].transpose(0, 2, 1, 3)
+    keep = padding(b, s, seed=8)
+    expected = fuel_cy.attention_masked(*(np.ascontiguousarray(x) for x in (q, k, v)), attn_mask=keep, causal=True)
+    out = fuel_cy.attention_masked(q, k, v, attn_mask=keep, causal=True)
+    assert bits(out) == bits(expected)
+    assert rel(out, reference(q, k, v, keep, causal=True)) <= bound(CODES[np.dtype(dtype)], d, s, compute="f32")
+    one = np.broadcast_to(k[:, :1], (b, hkv, s, d))                           # stride 0 over kv heads
+    assert bits(fuel_cy.attention_masked(q, one, v)) == bits(fuel_cy.attention_masked(q, np.ascontiguousarray(one), v))
+    if dtype == np.float32:
+        _, peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_masked(q, k, v, attn_mask=keep))
+        assert peak < out.nbytes + q.nbytes // 2, (peak, out.nbytes)
+
+
+def test_rows_that_are_not_unit_stride_are_copied_and_still_right():
+    q, k, v = arrays(1, 2, 2, 40, 50, 16, np.float64, seed=9)
+    wide = np.zeros(q.shape[:3] + (32,))
+    wide[..., ::2] = q
+    out = fuel_cy.attention_masked(wide[..., ::2], k, v)
+    assert bits(out) == bits(fuel_cy.attention_masked(q, k, v))
+
+
+def test_reversed_views_are_input_errors():
+    q, k, v = arrays(1, 2, 2, 40, 50, 16, np.float32)
+    msg = input_error_of(fuel_cy.attention_masked, q[:, :, ::-1], k, v)
+    assert msg and "'q'" in msg and "reverse_strides: rejected" in msg

@@ -434,6 +434,20 @@ cdef inline void copy_rows_padded(real_t* src, Py_ssize_t nrows, Py_ssize_t nrow
         dst[x] = 0
 
 
+cdef inline void copy_rows_strided(real_t* src, Py_ssize_t stride, Py_ssize_t nrows, Py_ssize_t nrows4,
+                                   Py_ssize_t D, real_t* dst) noexcept nogil:
+    """nrows rows of D values, stride elements apart, into dst [nrows4][D], the extra rows zero."""
+    cdef Py_ssize_t r, x
+    if stride == D:
+        copy_rows_padded(src, nrows, nrows4, D, dst)
+        return
+    for r in range(nrows):
+        for x in range(D):
+            dst[r * D + x] = src[r * stride + x]
+    for x in range(nrows * D, nrows4 * D):
+        dst[x] = 0
+
+
 cdef inline void zero(real_t* p, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t x
     for x in range(n):

@@ -124,18 +124,22 @@ cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const flo
 
 cdef object drive_attention_masked(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
                                    const unsigned char* attn_mask, const real_t* attn_bias,
-                                   real_t* out, tuple dims, dict params, int nthreads, tuple mask_dims):
+                                   real_t* out, tuple dims, dict params, int nthreads, tuple mask_dims,
+                                   tuple strides):
     """The flash forward with attn_mask (nonzero: the pair takes part) and attn_bias (added after
     softcap), each [MB, MH, MQ, Sk] with each leading dim 1 or its extent; NULL when absent.
-    mask_dims (MB, MH, MQ, AB, AH, AQ): their leading dims (entries.pxi expands a key dim of 1)."""
-    _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False, False, 0, attn_mask, attn_bias, mask_dims)
+    mask_dims (MB, MH, MQ, AB, AH, AQ): their leading dims (entries.pxi expands a key dim of 1).
+    strides: the (batch, head, row) element strides of q, k, v and out (_forward), or None."""
+    _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False, False, 0, attn_mask, attn_bias, mask_dims,
+             False, strides)
 
 
 cdef object drive_attention_masked_half(RoundNone tag, const float* q, const float* k, const float* v,
                                         const unsigned char* attn_mask, const float* attn_bias,
                                         float* out, tuple dims, dict params, int nthreads, tuple mask_dims,
                                         int is_f16):
-    """drive_attention_masked on bf16/f16 inputs (widened exactly) under float32 compute, the bf16
-    scores by vdpbf16ps or AMX tiles where the CPU has them (as drive_attention_flash_half)."""
+    """drive_attention_masked on bf16/f16 inputs (widened exactly into C-contiguous work arrays)
+    under float32 compute, the bf16 scores by vdpbf16ps or AMX tiles where the CPU has them (as
+    drive_attention_flash_half)."""
     _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False, bool(FC_HAVE_DPBF16) and not is_f16, 0,
              attn_mask, attn_bias, mask_dims)

@@ -135,17 +135,20 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
             bias = _np.ascontiguousarray(_np.broadcast_to(bias, bias.shape[:3] + (sk,)))
         mdims = ((mask.shape[:3] if mask is not None else (1, 1, 1))
                  + (bias.shape[:3] if bias is not None else (1, 1, 1)))
-        q_a = _win(q, npwork, code, narrow, nthreads, "q")
-        k_a = _win(k, npwork, code, narrow, nthreads, "k")
-        v_a = _win(v, npwork, code, narrow, nthreads, "v")
         b_a = _win(bias, npwork, code, narrow, nthreads, "attn_bias")
         out = _out("out:out", q, npwork, narrow, tn)
         if driver == _DRV_MASKED:
-            drive_attention_masked(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
-                                   <const real_t*>_ptr(v_a, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
+            # q, k and v are read where they lie (any view with unit-stride rows; another is copied)
+            q, k, v = [x if _row_strides(x) is not None else _np.ascontiguousarray(x) for x in (q, k, v)]
+            strides = _row_strides(q) + _row_strides(k) + _row_strides(v) + _row_strides(out)
+            drive_attention_masked(tag, <const real_t*>_data_rows(q, tn), <const real_t*>_data_rows(k, tn),
+                                   <const real_t*>_data_rows(v, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
                                    <const real_t*>_ptr(b_a, tn), <real_t*>_ptr(out, tn), dims, params, nthreads,
-                                   mdims)
+                                   mdims, strides)
         else:
+            q_a = _win(q, npwork, code, narrow, nthreads, "q")
+            k_a = _win(k, npwork, code, narrow, nthreads, "k")
+            v_a = _win(v, npwork, code, narrow, nthreads, "v")
             if rnd_t is RoundNone and real_t is float:
                 drive_attention_masked_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
                                             <const float*>_ptr(v_a, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),

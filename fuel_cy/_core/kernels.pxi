@@ -13,62 +13,89 @@ cdef enum:
 cdef enum:
     BR_BWD = 64       # query rows per backward step, at most (fc_bwd_rows: fc_uarch.h)
 
+cdef struct Layout:
+    # where row s of head h of batch item b of a [B, H, S, D] operand starts: b * sb + h * sh + s * ss
+    # elements from its base (the D elements of a row are adjacent)
+    Py_ssize_t sb, sh, ss
+    Py_ssize_t H      # heads per batch item, to split a flattened head index b * H + h
+
+
 cdef struct Shape:
     Py_ssize_t B, Hq, Hkv, Sq, Sk, D
+    # the operands' layouts: q and out [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (C-contiguous unless
+    # a driver says otherwise: the flash forward reads and writes through them; the naive and
+    # backward kernels take C-contiguous operands only)
+    Layout lq, lk, lv, lo
+
+
+cdef inline Layout contiguous_layout(Py_ssize_t H, Py_ssize_t S, Py_ssize_t D) noexcept nogil:
+    cdef Layout l
+    l.ss = D
+    l.sh = S * D
+    l.sb = H * S * D
+    l.H = H
+    return l
+
+
+cdef inline Py_ssize_t row_offset(Layout* l, Py_ssize_t head, Py_ssize_t s) noexcept nogil:
+    """Offset of row s of the flattened head index head (= b * H + h)."""
+    return (head // l.H) * l.sb + (head % l.H) * l.sh + s * l.ss
 
 
 cdef inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
     return (a + b - 1) // b
 
 
-cdef inline Py_ssize_t head_tile_rows(real_t* x, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
-                                      Py_ssize_t D, real_t** rows) noexcept nogil:
-    """rows[j] = the row of key j of tile task % ntiles of head task // ntiles in x [heads, Sk, D];
-    returns how many keys the tile has (at most BC)."""
-    cdef Py_ssize_t head = task // ntiles, t = task % ntiles, jj, n
+cdef inline Py_ssize_t head_tile_rows(real_t* x, Layout* l, Py_ssize_t head0, Py_ssize_t task, Py_ssize_t ntiles,
+                                      Py_ssize_t Sk, real_t** rows) noexcept nogil:
+    """rows[j] = the row of key j of tile task % ntiles of head head0 + task // ntiles in x (laid
+    out as l says); returns how many keys the tile has (at most BC)."""
+    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
     n = Sk - t * BC
     if n > BC:
         n = BC
     for jj in range(n):
-        rows[jj] = x + (head * Sk + t * BC + jj) * D
+        rows[jj] = x + row_offset(l, head, t * BC + jj)
     return n
 
 
-cdef inline void pack_head_tile(real_t* k, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
-                                Py_ssize_t D, real_t* out) noexcept nogil:
+cdef inline void pack_head_tile(real_t* k, Layout* l, Py_ssize_t head0, Py_ssize_t task, Py_ssize_t ntiles,
+                                Py_ssize_t Sk, Py_ssize_t D, real_t* out) noexcept nogil:
     # a function of its own so `rows` lives on each OpenMP thread's stack
     cdef real_t* rows[BC]
-    cdef Py_ssize_t n = head_tile_rows(k, task, ntiles, Sk, D, rows)
+    cdef Py_ssize_t n = head_tile_rows(k, l, head0, task, ntiles, Sk, rows)
     pack_kt(rows, n, D, out + task * D * BC)
 
 
-cdef void pack_heads(real_t* k, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, real_t* out, int nthreads) noexcept nogil:
-    """K [nheads, Sk, D] -> packed tiles [nheads][ceil(Sk/BC)][D][BC] (shared by all q tiles)."""
+cdef void pack_heads(real_t* k, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D,
+                     real_t* out, int nthreads) noexcept nogil:
+    """Heads head0 .. head0 + nheads of K (laid out as l says) -> packed tiles
+    [nheads][ceil(Sk/BC)][D][BC] (shared by all q tiles)."""
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t task
     for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
-        pack_head_tile(k, task, ntiles, Sk, D, out)
+        pack_head_tile(k, l, head0, task, ntiles, Sk, D, out)
 
 
-cdef inline void pack_head_tile_pairs(float* x, Py_ssize_t task, Py_ssize_t ntiles, Py_ssize_t Sk,
-                                      Py_ssize_t D, unsigned int* out, bint keys_paired) noexcept nogil:
+cdef inline void pack_head_tile_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t task, Py_ssize_t ntiles,
+                                      Py_ssize_t Sk, Py_ssize_t D, unsigned int* out, bint keys_paired) noexcept nogil:
     cdef float* rows[BC]
-    cdef Py_ssize_t n = head_tile_rows(x, task, ntiles, Sk, D, rows)
+    cdef Py_ssize_t n = head_tile_rows(x, l, head0, task, ntiles, Sk, rows)
     if keys_paired:
         fc_pack_v_pairs_bf16(rows, n, D, out + task * (BC // 2) * D)
     else:
         fc_pack_k_pairs_bf16(rows, n, D, out + task * ((D + 1) // 2) * BC)
 
 
-cdef void pack_heads_pairs(float* x, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
-                           int nthreads, bint keys_paired=False) noexcept nogil:
-    """bf16-valued K [nheads, Sk, D] -> bf16 pairs [nheads][ceil(Sk/BC)][ceil(D/2)][BC] for
-    fc_qk_dpbf16; keys_paired: bf16-valued V -> keys 2k and 2k + 1 paired per column
-    [nheads][ceil(Sk/BC)][BC/2][D] for the tile P V (fc_pv_bf16v)."""
+cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D,
+                           unsigned int* out, int nthreads, bint keys_paired=False) noexcept nogil:
+    """Heads head0 .. head0 + nheads of bf16-valued K (laid out as l says) -> bf16 pairs
+    [nheads][ceil(Sk/BC)][ceil(D/2)][BC] for fc_qk_dpbf16; keys_paired: bf16-valued V -> keys 2k
+    and 2k + 1 paired per column [nheads][ceil(Sk/BC)][BC/2][D] for the tile P V (fc_pv_bf16v)."""
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t task
     for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
-        pack_head_tile_pairs(x, task, ntiles, Sk, D, out, keys_paired)
+        pack_head_tile_pairs(x, l, head0, task, ntiles, Sk, D, out, keys_paired)
 
 
 cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
@@ -116,7 +143,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t* rows[BC]
     cdef real_t* srow
     cdef real_t* orow
-    cdef real_t* vbase = v + (b * sh.Hkv + hk) * Sk * D
+    cdef real_t* vbase = v + row_offset(&sh.lv, kvh, 0)
+    cdef Py_ssize_t ldv = sh.lv.ss
     cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
@@ -148,7 +176,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         nr = BR_FLASH
     ilast = i0 + (nr - 1) * pstep   # the tile's last query position
     nr4 = (nr + NR - 1) // NR * NR
-    copy_rows_padded(q + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, Qs)
+    # the tile's rows: consecutive positions of head h, or (heads_as_rows) heads h, h + 1, ...
+    copy_rows_strided(q + row_offset(&sh.lq, b * sh.Hq + h, i0), hstep * sh.lq.sh + pstep * sh.lq.ss,
+                      nr, nr4, D, Qs)
     if rnd_t is RoundNone and real_t is float:
         if kpp != NULL:
             fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
@@ -241,15 +271,15 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         for r in range(nr, nr4):
             zero(S + r * BC, nc)
         for jj in range(nc):
-            rows[jj] = vbase + (j0 + jj) * D
+            rows[jj] = vbase + (j0 + jj) * ldv
         if kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
             if rnd_t is RoundNone and real_t is float:
-                fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D,
+                fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D,
                             vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D if vpp != NULL else NULL)
         else:
-            pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * D, D, rows, D, O, D)
+            pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D)
     for r in range(nr):
-        orow = out + ((b * sh.Hq + h) * Sq + i0 + r) * D
+        orow = out + row_offset(&sh.lo, b * sh.Hq + h + r * hstep, i0 + r * pstep)
         li = l[r]
         for d in range(D):
             orow[d] = R(tag, O[r * D + d] / li) if li != 0 else 0
