@@ -59,6 +59,12 @@ def call(kernel: str, *args: Any, **kwargs: Any) -> Result:
     bound = inspect.signature(entry.fn).bind(*args, **kwargs)
     values = {name: bound.arguments.get(name) for name in entry.inputs}
     params = {name: value for name, value in bound.arguments.items() if name not in entry.inputs}
+    for output, flag in entry.requested_outputs.items():
+        if params.get(flag):
+            # its shape is not the batch-major shape the tasks' outputs are stacked along
+            raise fuel_cy.InputError(kernel, f"param {flag!r}", "fuel_cy.dask.call",
+                                     f"{flag}=True ({output!r}) is not supported through fuel_cy.dask yet; "
+                                     f"call fuel_cy.{kernel} on computed arrays")
     for name, x in values.items():
         if isinstance(x, da.Array) and any(np.isnan(n) for n in x.shape):
             # (boolean indexing and the like leave chunk sizes unknown until computed)
@@ -119,7 +125,7 @@ def _packed_rows(entry: KernelEntry) -> set[str]:
     """The inputs of packed sequences (rows that offsets ``cu_seqlens_<input>`` cut) and those
     sharing their row dim: a probe gives them 0 rows and all-zero offsets, a valid empty call."""
     row_dims = {entry.dims[target][0] for name in entry.inputs
-                for target in [offsets_target(name)] if target in entry.dims}
+                for target in [offsets_target(name)] if target is not None and target in entry.dims}
     return {name for name in entry.inputs if entry.dims[name][:1] and entry.dims[name][0] in row_dims}
 
 

@@ -24,12 +24,14 @@ import torch
 
 from . import _generated
 from .contract.loader import load_contracts
+from .dtypes import DTYPES
 from .contract.model import Kernel
 from .errors import InputError
 from .runtime.registry import registry
 from .sdpa import NAME, NUMPY_OPS, ArrayOps, sdpa
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+_TORCH_DTYPES = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16, "F16": torch.float16}
 _PARAM_TYPES: dict[str, type] = {"f32": float, "f64": float, "bool": bool}  # usize, DynScalar: int
 
 # The backward kernel of each differentiable forward.  The pairing is stated in the contracts'
@@ -117,20 +119,36 @@ def _define(kernel: Kernel) -> tuple[Any, inspect.Signature]:
     dtypes = {spec.name: spec.dtypes for spec in kernel.inputs}
     strided = _strided_inputs(kernel)
 
+    requested = [o for o in kernel.returns.items if o.when]   # outputs returned on request
+
     def impl(*args: Any, **kwargs: Any) -> Any:
         call = sig.bind(*args, **kwargs).arguments
         for name, value in call.items():
             if name in dtypes and value is not None:
                 call[name] = _as_numpy(kernel.name, name, value, dtypes[name], name in strided)
         out = fn(**call)
+        if requested and not isinstance(out, tuple):
+            # an op returns the same outputs every call: an output not asked for is an empty tensor
+            out = (out, *(np.empty(0, call[o.dtype_source].dtype if o.dtype_source
+                                   else DTYPES[o.dtype_fixed or "F32"].numpy_dtype()) for o in requested))
         return tuple(map(_as_tensor, out)) if isinstance(out, tuple) else _as_tensor(out)
 
     def fake(*args: Any, **kwargs: Any) -> Any:
         call = sig.bind(*args, **kwargs).arguments
-        # every output is fresh and contiguous, with the shape and dtype of the input its rule names
-        outs = tuple(call[o.shape_source].new_empty(call[o.shape_source].shape, dtype=call[o.dtype_source].dtype)
-                     for o in kernel.returns.items)
-        return outs if len(outs) > 1 else outs[0]
+        # every output is fresh and contiguous, with the shape and dtype its rules give
+        first = call[kernel.inputs[0].name]
+        outs = []
+        for o in kernel.returns.items:
+            dtype = _TORCH_DTYPES[o.dtype_fixed] if o.dtype_fixed else call[o.dtype_source].dtype
+            if o.when and not call.get(o.when):
+                outs.append(first.new_empty((0,), dtype=dtype))
+            elif o.shape_dims is not None:
+                shapes = {spec.name: tuple(call[spec.name].shape) for spec in kernel.inputs
+                          if call.get(spec.name) is not None}
+                outs.append(first.new_empty(tuple(f.evaluate({}, shapes) for f in o.shape_dims), dtype=dtype))
+            else:
+                outs.append(call[o.shape_source].new_empty(call[o.shape_source].shape, dtype=dtype))
+        return tuple(outs) if len(outs) > 1 else outs[0]
 
     impl.__signature__ = sig  # type: ignore[attr-defined]
     op = torch.library.custom_op(f"fuel_cy::{kernel.name}", impl, mutates_args=())
@@ -193,6 +211,7 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
     implementation; plain loops keep it traceable by torch.compile.
     """
     tensors = [(i, spec.name, spec.optional) for i, spec in enumerate(kernel.inputs)]
+    requested = [o for o in kernel.returns.items if o.when]
     fn = registry[kernel.name].fn
     dtypes = {spec.name: spec.dtypes for spec in kernel.inputs}
     strided = _strided_inputs(kernel)
@@ -211,7 +230,10 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
             elif grad and value.requires_grad:
                 direct = False
         if not direct:
-            return op(*args, **kwargs)
+            out = op(*args, **kwargs)
+            if requested and not all(sig.bind(*args, **kwargs).arguments.get(o.when or "") for o in requested):
+                return out[0]   # (the op's outputs that were not asked for are empty)
+            return out
         arrays = [a if a is None else _as_numpy(kernel.name, tensors[i][1], a, dtypes[tensors[i][1]],
                                                 tensors[i][1] in strided)
                   for i, a in enumerate(args[:n_in])]
@@ -267,7 +289,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         # nothing for torch to record: the numpy entry on the tensors' memory, without the op's
         # dispatch (the same kernel, the same bits; a decode step's call is dominated by that cost)
         grad = torch.is_grad_enabled()
-        arrays = []
+        arrays: list[Optional[np.ndarray]] = []
         for name, t in (("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)):
             if t is None:
                 arrays.append(None)
@@ -278,8 +300,8 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             else:
                 break
         else:
-            return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, *arrays, dropout_p, is_causal, scale, enable_gqa,
-                                   softcap))
+            return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, arrays[0], arrays[1], arrays[2], arrays[3], dropout_p,
+                                   is_causal, scale, enable_gqa, softcap))
     return sdpa(TORCH_OPS, _PUBLIC["attention_masked"], query, key, value, attn_mask, dropout_p, is_causal,
                 scale, enable_gqa, softcap)
 

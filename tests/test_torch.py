@@ -93,7 +93,7 @@ def _opcheck_cases():
     yield "attention_naive", (x, kv, kv), {"window_size_left": 1}
     yield "attention_varlen", (torch.randn(9, 2, 4), torch.randn(12, 1, 4), torch.randn(12, 1, 4),
                                torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 7, 12], dtype=torch.int32)), \
-        {"causal": True}
+        {"causal": True, "return_lse": True}
     yield "attention_masked", (torch.randn(2, 2, 5, 4), torch.randn(2, 1, 7, 4), torch.randn(2, 1, 7, 4),
                                torch.rand(2, 1, 1, 7) < 0.6, torch.randn(1, 2, 5, 7)), {"softcap": 4.0}
 

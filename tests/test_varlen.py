@@ -248,3 +248,61 @@ def test_the_typed_offset_check_accepts_what_the_python_rule_does(seed):
     expected = input_error_of(_prose_checks._cu_seqlens, "attention_varlen", arrays, {}, "contracts/fuel-cy-model.md")
     assert input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k) == expected
 
+
+
+def reference_lse(q, k, cu_q, cu_k, causal=False, slopes=None, softcap=None):
+    """flash-attn's softmax_lse [Hq, Tq] in float64: log sum_j exp(s_j) over the admissible keys;
+    +inf for a row with none (flash-attn's value)."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    hq, d = q.shape[1], q.shape[2]
+    group = hq // k.shape[1]
+    scale = float(np.float32(1 / np.sqrt(d)))
+    lse = np.full((hq, q.shape[0]), np.inf)
+    for b in range(len(cu_q) - 1):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        lq, lk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
+        p = np.arange(lq)[:, None] + lk - lq
+        j = np.arange(lk)[None, :]
+        ok = (j <= p) if causal else np.ones((lq, lk), bool)
+        for h in range(hq):
+            s = q[qs, h] @ k[ks, h // group].T * scale
+            if softcap is not None:
+                s = np.tanh(s / softcap) * softcap
+            if slopes is not None:
+                s = s - float(slopes[h]) * np.abs(p - j)
+            s = np.where(ok, s, -np.inf)
+            with np.errstate(divide="ignore"):
+                m = s.max(axis=1) if lk else np.full(lq, -np.inf)
+                row = m + np.log(np.exp(s - np.where(np.isfinite(m), m, 0)[:, None]).sum(axis=1)) if lk else m
+            lse[h, qs] = np.where(np.isfinite(m), row, np.inf)
+    return lse
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("params", [{}, {"causal": True}, {"causal": True, "softcap": 3.0}])
+def test_return_lse_is_flash_attns_softmax_lse(dtype, params):
+    lens = ([40, 0, 7, 20, 3], [10, 5, 0, 20, 300])   # empty sequences both ways, lq > lk
+    q, k, v, cu_q, cu_k = packed(*lens, 4, 2, 32, dtype, seed=12)
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+    out, lse = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, slopes, return_lse=True, **params)
+    assert lse.dtype == np.float32 and lse.shape == (4, q.shape[0]) and lse.flags.c_contiguous
+    assert bits(out) == bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, slopes, **params))
+    expected = reference_lse(q, k, cu_q, cu_k, params.get("causal", False), slopes, params.get("softcap"))
+    dead = np.isinf(expected)
+    assert dead.any() and np.array_equal(np.isinf(lse), dead) and (lse[dead] > 0).all()
+    tol = 1e-5 if dtype in (np.float32, np.float64) else 1e-4
+    assert np.max(np.abs(lse[~dead] - expected[~dead])) <= tol * max(1.0, np.abs(expected[~dead]).max())
+
+
+def test_lse_merges_split_keys_as_one_call():
+    """The use lse exists for: attention over keys split in two parts, merged by their lse, is
+    attention over all keys (flash-attn's and vLLM's merge_attn_states)."""
+    q, k, v, _, _ = packed([50], [300], 4, 4, 32, np.float64, seed=13)
+    one = lambda a, b: fuel_cy.attention_varlen(q, k[a:b].copy(), v[a:b].copy(), np.array([0, 50], np.uint32),  # noqa: E731
+                                                np.array([0, b - a], np.uint32), return_lse=True)
+    (o1, l1), (o2, l2) = one(0, 120), one(120, 300)
+    full = fuel_cy.attention_varlen(q, k, v, np.array([0, 50], np.uint32), np.array([0, 300], np.uint32))
+    m = np.maximum(l1, l2)
+    w1, w2 = np.exp(l1 - m).T[:, :, None], np.exp(l2 - m).T[:, :, None]
+    # lse is float32 (flash-attn's), so the weights carry its rounding
+    assert np.allclose((o1 * w1 + o2 * w2) / (w1 + w2), full, rtol=0, atol=1e-6)

@@ -32,6 +32,8 @@ cdef struct AttnOpts:
     Py_ssize_t shift  # query row i sits at key position i + shift for the masks (0: top-left;
                       # Sk - Sq: bottom-right, attention_varlen's per-sequence alignment)
     fc_interrupt* it  # this call's Ctrl-C state, polled between tasks
+    float* lse        # the flash forward's log-sum-exp per row, or NULL: row i of the flattened head
+    Py_ssize_t lse_ld # index b * Hq + h is lse[(b * Hq + h) * lse_ld + i] (+inf: nothing admissible)
     int alibi_abs     # ALiBi in flash-attn's form, -slope * |p - j| at the key position p = i + shift,
                       # instead of the seed's +slope * (j - i)
     # attention_masked: a boolean mask (unsigned char, nonzero: the pair takes part) and an

@@ -202,6 +202,8 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.k_len = Sk if params.get("k_len") is None else min(params["k_len"], Sk)
     o.it = NULL   # set by the driver that owns the call
     o.alibi_abs = 0
+    o.lse = NULL
+    o.lse_ld = 0
     o.mask = NULL
     o.bias = NULL
     o.m_sb = o.m_sh = o.m_si = o.a_sb = o.a_sh = o.a_si = 0
@@ -276,12 +278,14 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
                      real_t* out, tuple dims, dict params, int nthreads, bint naive,
                      bint bf16_pairs=False, Py_ssize_t shift=0, const unsigned char* mask=NULL,
-                     const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False, tuple strides=None):
+                     const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False, tuple strides=None,
+                     float* lse=NULL, Py_ssize_t lse_ld=0):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
     fc_amx.h).  shift: the masks' alignment (_opts).  mask, bias: attention_masked's [MB, MH, MQ,
     Sk] boolean mask and additive bias (flash only), mask_dims (MB, MH, MQ, AB, AH, AQ) their
     leading dims.  strides: the element strides (batch, head, row) of q, k, v and out, 12 in
-    all (flash only; the rows' D elements adjacent); None: C-contiguous."""
+    all (flash only; the rows' D elements adjacent); None: C-contiguous.  lse: where the flash
+    forward writes each row's log-sum-exp (AttnOpts.lse, lse_ld), or NULL."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if naive and strides is not None:
@@ -296,6 +300,11 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
     cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
     o.alibi_abs = alibi_abs
+    if lse != NULL:
+        if naive:
+            raise ValueError("fuel_cy core: the naive forward has no log-sum-exp output")
+        o.lse = lse
+        o.lse_ld = lse_ld
     if mask != NULL:
         o.mask = mask
         _mask_strides(mask_dims[:3], &sh, &o.m_sb, &o.m_sh, &o.m_si)
@@ -456,13 +465,13 @@ cdef void _gather_heads(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize
 
 
 cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned int* cu_q,
-                    const unsigned int* cu_k, const real_t* slopes, real_t* out, tuple dims, dict params,
-                    int nthreads, bint bf16_pairs):
+                    const unsigned int* cu_k, const real_t* slopes, real_t* out, float* lse, tuple dims,
+                    dict params, int nthreads, bint bf16_pairs):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
     cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and cu_k[b] .. cu_k[b + 1] of k, v [Tk, Hkv, D],
     its masks aligned to the bottom-right of its own block (query i at key position i + lk - lq),
-    ALiBi in flash-attn's form (slopes: one per query head, in the work type, or NULL).
-    Each sequence runs the flash forward on its rows where they lie: as [1, H, l, D] operands
+    ALiBi in flash-attn's form (slopes: one per query head, in the work type, or NULL); lse, when
+    not NULL, [Hq, Tq] float32 set to +inf, gets each row's log-sum-exp.  Each sequence runs the flash forward on its rows where they lie: as [1, H, l, D] operands
     whose heads are D elements apart and rows H * D (the validators checked cu_q and cu_k: from
     0, non-decreasing, to Tq and Tk)."""
     cdef Py_ssize_t Tq, Tk, B1, Hq, Hkv, D
@@ -491,4 +500,4 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
         strides = (0, D, Hq * D, 0, D, Hkv * D, 0, lk * D, D, 0, D, Hq * D)
         _forward(tag, q + q0 * Hq * D, k + k0 * Hkv * D, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), slopes,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
-                 <const real_t*>NULL, None, True, strides)
+                 <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)

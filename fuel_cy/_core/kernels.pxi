@@ -4,7 +4,7 @@
 # for the paged kernel, by the block ids checked before the GIL is released).
 
 from cython.parallel cimport prange, threadid
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, log
 
 cdef enum:
     BR_FLASH = 64     # query rows per flash tile
@@ -283,6 +283,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         li = l[r]
         for d in range(D):
             orow[d] = R(tag, O[r * D + d] / li) if li != 0 else 0
+        if o.lse != NULL:   # log of the row's softmax denominator: sum exp(s - m) = l, so m + log l
+            o.lse[(b * sh.Hq + h + r * hstep) * o.lse_ld + i0 + r * pstep] = (
+                <float>(<double>m[r] + log(<double>li)) if li > 0 else INFINITY)
 
 
 cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* ktp,

@@ -59,7 +59,7 @@ VARLEN = Driver("attention_varlen", ("Tq", "Tk", "B1", "Hq", "Hkv", "D"),
                 (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
                  DriverInput("cu_seqlens_q", "U32"), DriverInput("cu_seqlens_k", "U32"),
                  DriverInput("alibi_slopes", "F32", optional=True)),
-                ("out",), ("softmax_scale",), mask_alignment="bottom_right")
+                ("out", "lse"), ("softmax_scale",), mask_alignment="bottom_right")
 
 MASKED = Driver("attention_masked", FORWARD_DIMS,
                 (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),

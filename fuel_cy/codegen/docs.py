@@ -160,10 +160,11 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
             lines.append(f">>> {spec.name} = np.zeros({shape}, dtype={DTYPES[spec.dtypes[0]].python_spelling})")
         args.append(spec.name)
     kw = ", causal=True" if any(f.name == "causal" for f in kernel.op_params.fields) else ""
-    outs = [o.name for o in kernel.returns.items]
+    always = [o for o in kernel.returns.items if not o.when]   # (outputs returned on request: not shown)
+    outs = [o.name for o in always]
     lines.append(f">>> {', '.join(outs)} = fuel_cy.{kernel.name}({', '.join(args)}{kw})")
     shapes = {s.name: tuple(dims.get(d, 4) for d in s.dims) for s in kernel.inputs}
-    shown = [f"({', '.join(str(n) for n in shapes[o.shape_source])})" for o in kernel.returns.items]
+    shown = [f"({', '.join(str(n) for n in shapes[o.shape_source])})" for o in always]
     lines.append(f">>> {', '.join(o + '.shape' for o in outs)}, {outs[0]}.dtype")
     lines.append(f"({', '.join(shown)}, {T.numpy_repr})")
     lines.append(f'>>> fuel_cy.cost("{kernel.name}", {", ".join(args)}).flops')
@@ -359,6 +360,7 @@ def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict]) -> KernelP
             + (f"; note: {md_inline(f.note)}" if f.note else "") for f in kernel.op_params.fields),
         contract_returns=tuple(
             f"`{o.name}`: dtype `{o.dtype_rule}`, shape `{o.shape_rule}`, layout {o.layout_guarantee}, aliasing {o.aliasing or 'none'}"
+            + (f"; when `{o.when}`" if o.when else "")
             for o in kernel.returns.items),
         description="\n".join("    " + line if line else "" for line in md_block(kernel.description).splitlines()),
     )

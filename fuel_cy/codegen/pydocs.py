@@ -65,6 +65,16 @@ def _one_line(text: Any) -> str:
     return " ".join(str(text or "").split())
 
 
+def _dim_name(kernel: Kernel, f: Any) -> str:
+    """The dim symbol a dims(...) extent names (`q.dim[1]` -> Hq), else the formula as written."""
+    from ..contract import expr
+
+    node = f.ast
+    if isinstance(node, expr.DimRef) and node.tensor:
+        return kernel.input(node.tensor).dims[node.index]
+    return str(f)
+
+
 def _entry(api: dict[str, Any], kernel: str, section: str, name: str) -> dict[str, Any]:
     own = ((api.get("kernels") or {}).get(kernel) or {}).get(section) or {}
     shared = (api.get(section) or {}).get(name) or {}
@@ -169,12 +179,19 @@ def python_view(kernel: Kernel, params: Sequence["ParamView"], api: dict[str, An
     for o in kernel.returns.items:
         e = _entry(api, kernel.name, "outputs", o.name)
         src = kernel.input(o.shape_source) if o.shape_source in names else None
-        shape = f"`[{', '.join(src.dims)}]` (that of `{src.name}`)" if src else f"that of `{o.shape_source}`"
+        if o.shape_dims is not None:
+            dims = tuple(_dim_name(kernel, f) for f in o.shape_dims)
+            shape = f"`[{', '.join(dims)}]`"
+        else:
+            dims = src.dims if src else ()
+            shape = f"`[{', '.join(src.dims)}]` (that of `{src.name}`)" if src else f"that of `{o.shape_source}`"
+        dtype = DTYPES[o.dtype_fixed].numpy_name if o.dtype_fixed else f"the dtype of `{o.dtype_source}`"
+        when = f" Returned only with `{o.when}=True` (then the kernel returns a tuple)." if o.when else ""
         outputs.append(PyOutput(
             name=o.name, type="numpy.ndarray",
             doc=_one_line(e.get("doc")) or _missing("output", o.name),
-            detail=f"Shape {shape}, the dtype of `{o.dtype_source}`; a new C-contiguous array.",
-            shape=src.dims if src else (),
+            detail=f"Shape {shape}, {dtype}; a new C-contiguous array.{when}",
+            shape=dims,
         ))
     bundle = kernel.returns.kind == "bundle"
     return PythonView(
@@ -218,6 +235,9 @@ def docstring_text(py: PythonView, contract: str, line: int, revision_hash: str)
         lines += para(py.about, "") + [""]
     if py.bundle:
         lines += para(f"Returns the tuple ({', '.join(o.name for o in py.outputs)}).", "") + [""]
+    elif len(py.outputs) > 1:
+        lines += para(f"Returns {py.outputs[0].name}, or the tuple ({', '.join(o.name for o in py.outputs)}) "
+                      "when asked for the others.", "") + [""]
     lines += ["Parameters", "----------"]
     for a in py.inputs + py.params:
         lines.append(f"{a.name} : {a.type}" + ("" if a.default is None else f", default {a.default}"))

@@ -36,7 +36,11 @@ def _function(view: KernelView, array: str, returns: str, doc: str) -> str:
 
 def _returns(view: KernelView, array: str) -> str:
     outs = view.py.outputs
-    return f"tuple[{', '.join(array for _ in outs)}]" if view.py.bundle else array
+    if view.py.bundle:
+        return f"tuple[{', '.join(array for _ in outs)}]"
+    if len(outs) > 1:   # outputs returned on request (the contract's `when`): the first, or all
+        return f"{array} | tuple[{', '.join(array for _ in outs)}]"
+    return array
 
 
 def numpy_stub_source(root: Path) -> str:

@@ -86,8 +86,10 @@ class ParamView:
 @dataclass(frozen=True)
 class OutputView:
     name: str
-    shape_src: str  # the input whose shape it has
-    dtype_src: str  # the input whose dtype it has
+    shape_src: str  # the input whose shape it has ("" for a dims(...) rule)
+    dtype_src: str  # the input whose dtype it has ("" for a fixed dtype)
+    shape_expr: str  # Cython source of its shape, from the validated inputs
+    when: Optional[str] = None  # the bool param that asks for it (None: always returned)
 
 
 @dataclass(frozen=True)
@@ -346,6 +348,13 @@ def _cost_source(formula: expr.Formula) -> str:
     return expr.to_source(formula.ast, leaf)
 
 
+def _shape_expr(kernel: Kernel, o: Any) -> str:
+    if o.shape_dims is None:
+        return f"{o.shape_source}.shape"
+    leaf = _leaf_source(o.name, kernel)
+    return "(" + "".join(f"{expr.to_source(f.ast, leaf)}, " for f in o.shape_dims) + ")"
+
+
 def _symbol_sources(kernel: Kernel) -> tuple[tuple[str, str], ...]:
     """The symbols the cost formulas use (only those: an absent optional input's dims are not in
     `shapes`), each with the source of its value."""
@@ -394,7 +403,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         for axis, sym in enumerate(spec.dims):
             if not spec.optional:
                 dim_source.setdefault(sym, (spec.name, axis))
-    outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source) for o in kernel.returns.items)
+    outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source, _shape_expr(kernel, o), o.when)
+                    for o in kernel.returns.items)
     dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half, typenum(DTYPES[d]),
                              pol != DTYPES[d].policy)
                    for d in kernel.float_dtypes for pol in [policy(kernel.precision.compute, d)] if pol is not None)
@@ -418,6 +428,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         broadcasts={spec.name: tuple(kernel.input(t.tensor).dims[t.index] if isinstance(t, expr.DimRef) and t.tensor
                                      else expr.node_str(t) for t in spec.shape_constraint.targets)
                     for spec in kernel.inputs if isinstance(spec.shape_constraint, expr.Broadcasts)},
+        requested_outputs={o.name: o.when for o in kernel.returns.items if o.when},
     )
     py = python_view(kernel, params, api)
     return KernelView(

@@ -22,6 +22,7 @@ from .yamlload import LDict, YamlProblem, load
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RUST_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*\Z")
 RULE = re.compile(r"(passthrough|same_as|from_params)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\Z")
+DIMS_RULE = re.compile(r"dims\((.+)\)\Z")   # one extent per axis: dims(q.dim[1], q.dim[0])
 _DIMS_COMMENT = re.compile(r"\[([^\]]*)\]")
 _FUSED_ID_COMMENT = re.compile(r"FusedOpId\((\d+)\)")
 _OPTION = re.compile(r"Option<\s*([A-Za-z0-9_]+)\s*>\Z")
@@ -433,16 +434,29 @@ def _returns(top: Reader) -> Returns:
     for o in r.items(kind, required=bool(kinds)):
         name = o.ident("name") or "<unnamed>"
         rules = []
+        shape_dims = None
         for key in ("dtype_rule", "shape_rule"):
             rule = o.string(key) or "passthrough(x)"
-            if not RULE.match(rule):
-                o.error(key, f"expected passthrough(input), same_as(input) or from_params(input), found {rule!r}")
+            dims_rule = DIMS_RULE.match(rule) if key == "shape_rule" else None
+            if key == "dtype_rule" and rule in DTYPES:
+                pass   # a fixed dtype
+            elif dims_rule is not None:
+                try:
+                    shape_dims = tuple(expr.Formula.parse(part.strip()) for part in dims_rule.group(1).split(","))
+                except expr.ExprError as exc:
+                    o.error(key, f"invalid dims(...) rule: {exc}")
+                    rule = "same_as(x)"
+            elif not RULE.match(rule):
+                o.error(key, f"expected passthrough(input), same_as(input), from_params(input)"
+                             f"{', a dtype code' if key == 'dtype_rule' else ' or dims(e, ...)'}, found {rule!r}")
                 rule = "passthrough(x)"
             rules.append(rule)
         lg = o.ident("layout_guarantee") or "contiguous"
         aliasing = o.ident("aliasing", None)
+        when = o.ident("when", None)
         o.finish()
-        items.append(Output(name, rules[0], rules[1], lg, aliasing, Location(o.ctx.path, o.line)))
+        items.append(Output(name, rules[0], rules[1], lg, aliasing, Location(o.ctx.path, o.line), when,
+                            shape_dims))
     r.finish()
     return Returns(kind, tuple(items))
 

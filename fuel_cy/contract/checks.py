@@ -207,10 +207,19 @@ def _check_returns(k: Kernel, bad: _Failed, known: _Known, add: AddFn) -> None:
     for j, o in enumerate(k.returns.items):
         # a malformed rule was reported and replaced by a placeholder: check only the readable ones
         sources = [src for key, src in (("dtype_rule", o.dtype_source), ("shape_rule", o.shape_source))
-                   if not bad(f"return.{kind}[{j}].{key}")]
+                   if src and not bad(f"return.{kind}[{j}].{key}")]
         for rule in dict.fromkeys(sources):  # both rules naming one unknown input: one message
             if rule not in known.ranks and known.names_complete:
                 add(o.loc.line, f"return.{kind}.{o.name}", f"rule refers to unknown input {rule!r}")
+        for formula in o.shape_dims or ():
+            for node in (formula.ast,):
+                _check_node(node, k, known, None, False, add, o.loc.line, f"return.{kind}.{o.name}.shape_rule")
+        if o.when is not None:
+            field = next((f for f in k.op_params.fields if f.name == o.when), None)
+            if field is None or field.base_kind != "bool":
+                add(o.loc.line, f"return.{kind}.{o.name}.when", f"when names no bool op param: {o.when!r}")
+            elif j == 0:
+                add(o.loc.line, f"return.{kind}.{o.name}.when", "the first output is always returned")
     if not k.returns.items and not bad("return"):
         add(k.loc.line, "return", "a kernel must return at least one output")
 

@@ -114,20 +114,34 @@ class OpParams:
 
 @dataclass(frozen=True)
 class Output:
+    """One output.  dtype_rule: passthrough(input) (that input's dtype) or a dtype code (a fixed
+    dtype, e.g. F32); shape_rule: same_as(input) (that input's shape) or dims(e, ...) (one
+    extent per axis, formulas over the inputs' dims).  when: a bool op param; the output is
+    returned only when it is true (then the kernel returns a tuple)."""
+
     name: str
     dtype_rule: str
     shape_rule: str
     layout_guarantee: str
     aliasing: Optional[str]
     loc: Location = _loc()
+    when: Optional[str] = None
+    shape_dims: Optional[tuple[Formula, ...]] = None  # the extents of a dims(...) rule
+
+    @property
+    def dtype_fixed(self) -> Optional[str]:
+        """The dtype code of a fixed-dtype rule, else None."""
+        return None if "(" in self.dtype_rule else self.dtype_rule
 
     @property
     def dtype_source(self) -> str:
-        return _rule_arg(self.dtype_rule)
+        """The input whose dtype the output takes ("" for a fixed dtype)."""
+        return "" if self.dtype_fixed else _rule_arg(self.dtype_rule)
 
     @property
     def shape_source(self) -> str:
-        return _rule_arg(self.shape_rule)
+        """The input whose shape the output takes ("" for a dims(...) rule)."""
+        return "" if self.shape_dims is not None else _rule_arg(self.shape_rule)
 
 
 def _rule_arg(rule: str) -> str:

@@ -51,10 +51,12 @@ class KernelEntry:
     # `broadcasts_to` shape constraint: each of its dims is 1 or that extent), e.g. attn_mask ->
     # (B, Hq, Sq, Sk)
     broadcasts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # output name -> the bool param that asks for it (the contract's `when`); the others always come
+    requested_outputs: Mapping[str, str] = field(default_factory=dict)
     fn: Callable[..., Any] = field(default=_unlinked, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("dims", "precision", "cost_formulas", "broadcasts"):  # read-only, like the rest
+        for name in ("dims", "precision", "cost_formulas", "broadcasts", "requested_outputs"):  # read-only
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
