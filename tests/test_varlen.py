@@ -15,15 +15,13 @@ CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(ml_d
          np.dtype(np.float16): "F16"}
 
 
-def reference(q, k, v, cu_q, cu_k, scale=None, causal=False, left=None, right=None, softcap=None, slopes=None):
-    """flash-attn's varlen forward in float64: sequence b alone, query i at key position
-    p = i + lk - lq; ALiBi as flash-attn's attention_ref, -slope * |p - j|; a row with no
-    admissible key is zero."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+def scores(q, k, cu_q, cu_k, scale=None, causal=False, left=None, right=None, softcap=None, slopes=None):
+    """(rows of q, rows of k, head, masked scores [lq, lk] in float64, admissible) of each
+    sequence and query head: sequence b alone, query i at key position p = i + lk - lq."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
     hq, d = q.shape[1], q.shape[2]
     group = hq // k.shape[1]
     scale = float(np.float32(1 / np.sqrt(d) if scale is None else scale))
-    out = np.zeros_like(q)
     for b in range(len(cu_q) - 1):
         qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
         lq, lk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
@@ -42,13 +40,23 @@ def reference(q, k, v, cu_q, cu_k, scale=None, causal=False, left=None, right=No
                 s = np.tanh(s / softcap) * softcap
             if slopes is not None:
                 s = s - float(slopes[h]) * np.abs(p - j)
-            s = np.where(ok, s, -np.inf)
-            m = s.max(axis=1, keepdims=True) if lk else np.zeros((lq, 1))
-            live = np.isfinite(m)
-            e = np.where(ok, np.exp(s - np.where(live, m, 0)), 0.0)
-            den = e.sum(axis=1, keepdims=True)
-            w = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
-            out[qs, h] = w @ v[ks, h // group]
+            yield qs, ks, h, np.where(ok, s, -np.inf), ok
+
+
+def reference(q, k, v, cu_q, cu_k, scale=None, causal=False, left=None, right=None, softcap=None, slopes=None):
+    """flash-attn's varlen forward in float64: sequence b alone, query i at key position
+    p = i + lk - lq; ALiBi as flash-attn's attention_ref, -slope * |p - j|; a row with no
+    admissible key is zero."""
+    v = np.asarray(v, np.float64)
+    out = np.zeros(np.shape(q))
+    group = np.shape(q)[1] // v.shape[1]
+    for qs, ks, h, s, ok in scores(q, k, cu_q, cu_k, scale, causal, left, right, softcap, slopes):
+        lq, lk = s.shape
+        m = s.max(axis=1, keepdims=True) if lk else np.zeros((lq, 1))
+        e = np.where(ok, np.exp(s - np.where(np.isfinite(m), m, 0)), 0.0)
+        den = e.sum(axis=1, keepdims=True)
+        w = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+        out[qs, h] = w @ v[ks, h // group]
     return out
 
 
@@ -253,28 +261,13 @@ def test_the_typed_offset_check_accepts_what_the_python_rule_does(seed):
 def reference_lse(q, k, cu_q, cu_k, causal=False, slopes=None, softcap=None):
     """flash-attn's softmax_lse [Hq, Tq] in float64: log sum_j exp(s_j) over the admissible keys;
     +inf for a row with none (flash-attn's value)."""
-    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
-    hq, d = q.shape[1], q.shape[2]
-    group = hq // k.shape[1]
-    scale = float(np.float32(1 / np.sqrt(d)))
-    lse = np.full((hq, q.shape[0]), np.inf)
-    for b in range(len(cu_q) - 1):
-        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
-        lq, lk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
-        p = np.arange(lq)[:, None] + lk - lq
-        j = np.arange(lk)[None, :]
-        ok = (j <= p) if causal else np.ones((lq, lk), bool)
-        for h in range(hq):
-            s = q[qs, h] @ k[ks, h // group].T * scale
-            if softcap is not None:
-                s = np.tanh(s / softcap) * softcap
-            if slopes is not None:
-                s = s - float(slopes[h]) * np.abs(p - j)
-            s = np.where(ok, s, -np.inf)
-            with np.errstate(divide="ignore"):
-                m = s.max(axis=1) if lk else np.full(lq, -np.inf)
-                row = m + np.log(np.exp(s - np.where(np.isfinite(m), m, 0)[:, None]).sum(axis=1)) if lk else m
-            lse[h, qs] = np.where(np.isfinite(m), row, np.inf)
+    lse = np.full((np.shape(q)[1], np.shape(q)[0]), np.inf)
+    for qs, _, h, s, _ in scores(q, k, cu_q, cu_k, None, causal, None, None, softcap, slopes):
+        lq, lk = s.shape
+        with np.errstate(divide="ignore"):
+            m = s.max(axis=1) if lk else np.full(lq, -np.inf)
+            row = m + np.log(np.exp(s - np.where(np.isfinite(m), m, 0)[:, None]).sum(axis=1)) if lk else m
+        lse[h, qs] = np.where(np.isfinite(m), row, np.inf)
     return lse
 
 

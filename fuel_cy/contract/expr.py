@@ -257,15 +257,20 @@ class _Parser:
             return Sym(value)
         raise ExprError(f"unexpected {value or 'end of text'!r} in {self.text!r}")
 
-    def call(self, name: str) -> Node:
-        if name not in FUNCTIONS:
-            raise ExprError(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)}) in {self.text!r}")
+    def arguments(self) -> list[Node]:
+        """`( expr ("," expr)* )`"""
         self.take("(")
         args = [self.expr()]
         while self.peek()[1] == ",":
             self.take(",")
             args.append(self.expr())
         self.take(")")
+        return args
+
+    def call(self, name: str) -> Node:
+        if name not in FUNCTIONS:
+            raise ExprError(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)}) in {self.text!r}")
+        args = self.arguments()
         arity = FUNCTIONS[name][0]
         if len(args) != arity:
             raise ExprError(f"{name}() takes {arity} argument{'s' if arity > 1 else ''}, found {len(args)} in {self.text!r}")
@@ -381,12 +386,7 @@ def parse_constraint(text: str) -> Constraint:
         return Divisible(a, b)
     if p.peek() == ("ident", "broadcasts_to") and p.peek(1)[1] == "(":
         p.take()
-        p.take("(")
-        targets = [p.expr()]
-        while p.peek()[1] == ",":
-            p.take(",")
-            targets.append(p.expr())
-        p.take(")")
+        targets = p.arguments()
         p.done()
         return Broadcasts(tuple(targets))
     terms: list[Node] = []
