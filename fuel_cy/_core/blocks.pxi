@@ -34,6 +34,8 @@ cdef struct AttnOpts:
     fc_interrupt* it  # this call's Ctrl-C state, polled between tasks
     float* lse        # the flash forward's log-sum-exp per row, or NULL: row i of the flattened head
     Py_ssize_t lse_ld # index b * Hq + h is lse[(b * Hq + h) * lse_ld + i] (+inf: nothing admissible)
+    int k_rows        # the flash forward's scores are row dots with K's rows where they lie (a
+                      # decode step: one query row per head; packing K^T would cost more than them)
     int alibi_abs     # ALiBi in flash-attn's form, -slope * |p - j| at the key position p = i + shift,
                       # instead of the seed's +slope * (j - i)
     # attention_masked: a boolean mask (unsigned char, nonzero: the pair takes part) and an

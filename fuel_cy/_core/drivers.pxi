@@ -202,6 +202,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.k_len = Sk if params.get("k_len") is None else min(params["k_len"], Sk)
     o.it = NULL   # set by the driver that owns the call
     o.alibi_abs = 0
+    o.k_rows = 0
     o.lse = NULL
     o.lse_ld = 0
     o.mask = NULL
@@ -326,8 +327,12 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     cdef int nt = <int>min(nthreads, ntasks)
     # V's keys paired once per kv head where P V takes the tiles (fc_amx.h), not per query tile
     cdef bint vpairs = bf16_pairs and not naive and fc_bf16_on_tiles()
+    # a decode step under the float32/float64 policies: the scores are row dots with K's rows,
+    # no packed K^T (one query row per head reads each key once either way)
+    cdef bint krows = rnd_t is RoundNone and not naive and not bf16_pairs and sh.Sq == 1
+    o.k_rows = krows
     # one buffer: packed K (or its bf16 pairs), V's pairs, then every thread's scratch, each 64-byte aligned
-    cdef Py_ssize_t n_ktp = 0 if bf16_pairs else chunk * per_head * sizeof(real_t)
+    cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows else chunk * per_head * sizeof(real_t)
     cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs else 0
     cdef Py_ssize_t n_vpp = chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int) if vpairs else 0
     buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp) + nt * per_thread * sizeof(real_t))
@@ -349,14 +354,14 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                     pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
                 if vpairs:
                     pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
-            if not bf16_pairs:
+            if not bf16_pairs and not krows:
                 pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
             if naive:
                 naive_forward_core(tag, kv0, nkv, <real_t*>q, ktp, <real_t*>v, <real_t*>slopes, out, &sh, &o,
                                    scratch, per_thread, nt)
             else:
-                flash_forward_core(tag, kv0, nkv, <real_t*>q, ktp, kpp_p, vpp_p, <real_t*>v, <real_t*>slopes, out,
-                                   &sh, &o, scratch, per_thread, nt)
+                flash_forward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k if krows else ktp, kpp_p, vpp_p, <real_t*>v,
+                                   <real_t*>slopes, out, &sh, &o, scratch, per_thread, nt)
             kv0 += nkv
     fc_interrupt_raise(&it)
 

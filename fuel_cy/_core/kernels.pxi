@@ -146,6 +146,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t* vbase = v + row_offset(&sh.lv, kvh, 0)
     cdef Py_ssize_t ldv = sh.lv.ss
     cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
+    # with o.k_rows, ktp is K itself, laid out as sh.lk says
+    cdef real_t* krow0 = ktp + row_offset(&sh.lk, kvh, 0) if o.k_rows else NULL
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t slope
@@ -223,6 +225,13 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         if kpp != NULL:
             if rnd_t is RoundNone and real_t is float:
                 fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
+        elif krow0 != NULL:
+            for jj in range(nc):
+                rows[jj] = krow0 + (j0 + jj) * sh.lk.ss
+            if real_t is float:
+                fc_rowdots_heads_f32(Qs, 1, nr4, D, <float**>rows, nc, nc, S, BC)
+            else:
+                fc_rowdots_heads_f64(Qs, 1, nr4, D, <double**>rows, nc, nc, S, BC)
         else:
             qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC, nc)
         for r in range(nr):
