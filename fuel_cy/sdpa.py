@@ -160,10 +160,17 @@ def scaled_dot_product_attention(query: np.ndarray, key: np.ndarray, value: np.n
     >>> out.shape
     (2, 8, 128, 64)
     """
-    from ._generated._kernels import attention_masked
+    global _attention_masked
+    kernel = _attention_masked
+    if kernel is None:   # bound on first use: this layer sits below the generated kernels
+        from ._generated._kernels import attention_masked
 
-    return sdpa(NUMPY_OPS, attention_masked, query, key, value, attn_mask, dropout_p, is_causal, scale,
+        kernel = _attention_masked = attention_masked
+    return sdpa(NUMPY_OPS, kernel, query, key, value, attn_mask, dropout_p, is_causal, scale,
                 enable_gqa, softcap)
+
+
+_attention_masked: Optional[Callable[..., np.ndarray]] = None
 
 
 __all__: Sequence[str] = ["scaled_dot_product_attention"]

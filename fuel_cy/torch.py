@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from . import _generated
+from ._generated._kernels import array_view
 from .contract.loader import load_contracts
 from .dtypes import DTYPES
 from .contract.model import Kernel
@@ -72,14 +73,28 @@ def _as_numpy(kernel: str, name: str, t: torch.Tensor, dtypes: tuple[str, ...], 
         t = t.contiguous()  # these kernels read C-contiguous memory only
     # An offset (storage_offset > 0) tensor needs no copy: its numpy view starts at the tensor's
     # first element and is owned by the tensor, so the kernels' start_offset check does not fire.
-    if t.dtype == torch.bfloat16:  # numpy has no bf16: reinterpret the bits as ml_dtypes.bfloat16
-        return t.view(torch.int16).numpy().view(_BF16)
+    if t.dtype == torch.bfloat16:  # numpy has no bf16: its memory, read as ml_dtypes.bfloat16
+        return array_view(t.data_ptr(), t.shape, t.stride(), _BF16, t)
     if t.dtype == torch.int32 and dtypes == ("U32",):  # torch's usual index dtype, as the contract's U32
         if t.numel() and int(t.min()) < 0:
             raise InputError(kernel, f"input {name!r}", "fuel_cy.torch: int32 indices stand for U32",
                              f"a negative value {int(t.min())}")
         return t.numpy().view(np.uint32)
     return t.numpy()  # other dtypes pass through for the kernel to accept or reject
+
+
+def _direct_view(t: Any, grad: bool) -> Optional[np.ndarray]:
+    """A plain CPU tensor's memory as a numpy view, for a direct call of a numpy kernel; None
+    when the op must run instead (another type or device, or a gradient to record)."""
+    if type(t) is not torch.Tensor or not t.is_cpu:
+        return None
+    if t.requires_grad:
+        if grad:
+            return None
+        t = t.detach()  # .numpy() refuses tensors that require grad
+    if t.dtype is torch.bfloat16:  # numpy has no bf16: its memory, read as ml_dtypes.bfloat16
+        return array_view(t.data_ptr(), t.shape, t.stride(), _BF16, t)
+    return t.numpy()
 
 
 def _as_tensor(a: np.ndarray) -> torch.Tensor:
@@ -287,21 +302,15 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     masked kernel has no backward yet."""
     if not _dispatch_needed():
         # nothing for torch to record: the numpy entry on the tensors' memory, without the op's
-        # dispatch (the same kernel, the same bits; a decode step's call is dominated by that cost)
+        # dispatch (the same kernel, the same bits; a decode step's call is dominated by that cost).
+        # q, k, v and the mask as they lie: attention_masked reads strided q, k, v, and the sdpa
+        # mapping reads a broadcast mask's stride-0 dims as dims of 1 (contiguous where it must)
         grad = torch.is_grad_enabled()
-        arrays: list[Optional[np.ndarray]] = []
-        for name, t in (("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)):
-            if t is None:
-                arrays.append(None)
-            elif type(t) is torch.Tensor and t.is_cpu and not (grad and t.requires_grad):
-                # q, k, v in place (attention_masked reads strided views); the mask as it is, the
-                # sdpa mapping makes it contiguous where it must
-                arrays.append(_as_numpy(NAME, name, t, (), name != "attn_mask"))
-            else:
-                break
-        else:
-            return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, arrays[0], arrays[1], arrays[2], arrays[3], dropout_p,
-                                   is_causal, scale, enable_gqa, softcap))
+        q, k, v = _direct_view(query, grad), _direct_view(key, grad), _direct_view(value, grad)
+        m = None if attn_mask is None else _direct_view(attn_mask, grad)
+        if q is not None and k is not None and v is not None and (m is not None or attn_mask is None):
+            return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, q, k, v, m, dropout_p, is_causal, scale, enable_gqa,
+                                   softcap))
     return sdpa(TORCH_OPS, _PUBLIC["attention_masked"], query, key, value, attn_mask, dropout_p, is_causal,
                 scale, enable_gqa, softcap)
 

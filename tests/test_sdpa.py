@@ -196,6 +196,30 @@ def test_strided_views_are_read_in_place(dtype):
         assert peak < out.nbytes + q.nbytes // 2, (peak, out.nbytes)
 
 
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("d", [64, 40])
+def test_a_half_decode_step_reads_its_kv_cache_in_place(dtype, d):
+    """One query per head against a bf16/f16 cache that is a view of a longer preallocated one (a
+    static cache's live prefix): right against float64, the bits of the same values made
+    contiguous, and no widened copy of K or V (the call allocates far less than K alone)."""
+    b, hq, hkv, lk, cap = 3, 8, 2, 1500, 2048
+    rng = np.random.default_rng(d)
+    q = rng.standard_normal((b, hq, 1, d)).astype(dtype)
+    k_cache, v_cache = (rng.standard_normal((b, hkv, cap, d)).astype(dtype) for _ in range(2))
+    k, v = k_cache[:, :, :lk], v_cache[:, :, :lk]
+    keep = padding(b, lk, seed=d)
+    out = fuel_cy.attention_masked(q, k, v, attn_mask=keep)
+    check(out, reference(q, k, v, keep), CODES[np.dtype(dtype)], d, lk)
+    assert bits(out) == bits(fuel_cy.attention_masked(q, np.ascontiguousarray(k), np.ascontiguousarray(v),
+                                                      attn_mask=keep))
+    _, peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_masked(q, k, v, attn_mask=keep))
+    assert peak < k.nbytes // 4, (peak, k.nbytes)
+    kc, vc = np.ascontiguousarray(k), np.ascontiguousarray(v)
+    flash, peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_flash_mixed(q, kc, vc))
+    check(flash, reference(q, kc, vc), CODES[np.dtype(dtype)], d, lk)
+    assert peak < k.nbytes // 4, (peak, k.nbytes)
+
+
 def test_rows_that_are_not_unit_stride_are_copied_and_still_right():
     q, k, v = arrays(1, 2, 2, 40, 50, 16, np.float64, seed=9)
     wide = np.zeros(q.shape[:3] + (32,))

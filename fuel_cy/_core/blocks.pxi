@@ -36,6 +36,11 @@ cdef struct AttnOpts:
     Py_ssize_t lse_ld # index b * Hq + h is lse[(b * Hq + h) * lse_ld + i] (+inf: nothing admissible)
     int k_rows        # the flash forward's scores are row dots with K's rows where they lie (a
                       # decode step: one query row per head; packing K^T would cost more than them)
+    # a decode step under float32 compute on bf16/f16 K and V: their rows read in place in their
+    # 16-bit storage (laid out as Shape.lk / lv say), widened in registers; NULL otherwise
+    const unsigned short* k16
+    const unsigned short* v16
+    int is_f16        # with k16: 1 for f16 storage, 0 for bf16
     int alibi_abs     # ALiBi in flash-attn's form, -slope * |p - j| at the key position p = i + shift,
                       # instead of the seed's +slope * (j - i)
     # attention_masked: a boolean mask (unsigned char, nonzero: the pair takes part) and an

@@ -35,30 +35,33 @@ cdef inline void* _data(object x, int typenum, int typenum2=-1) except NULL:
     return cnp.PyArray_DATA(<cnp.ndarray>x)
 
 
-cdef tuple _row_strides(object x):
-    """The (batch, head, row) element strides of a validated 4-D work array whose rows (last
-    axis) are unit-stride and whose strides are non-negative multiples of its itemsize; None
-    when x is not such an array (the entry then passes a C-contiguous copy)."""
+cdef bint _row_strides(object x, Py_ssize_t* out) noexcept:
+    """out[0:3] = the (batch, head, row) element strides of a validated 4-D work array whose rows
+    (last axis) are unit-stride and whose strides are non-negative multiples of its itemsize;
+    False when x is not such an array (the entry then passes a C-contiguous copy).  Written into
+    C, not a tuple: a decode call's glue built and compared tuples for a third of its time."""
     if not cnp.PyArray_Check(x) or cnp.PyArray_NDIM(<cnp.ndarray>x) != 4 or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x):
-        return None
+        return False
     cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(<cnp.ndarray>x), a, st
-    cdef tuple out = ()
     if cnp.PyArray_SIZE(<cnp.ndarray>x) == 0:   # nothing is read (numpy may give it any strides)
-        return (0, 0, 0)
+        out[0] = out[1] = out[2] = 0
+        return True
     for a in range(4):
         st = cnp.PyArray_STRIDE(<cnp.ndarray>x, a)
         if cnp.PyArray_DIM(<cnp.ndarray>x, a) <= 1:
             st = 0   # never stepped along
         elif st < 0 or st % item or (a == 3 and st != item):
-            return None
-        out += (st // item,)
-    return out[:3]
+            return False
+        if a < 3:
+            out[a] = st // item
+    return True
 
 
 cdef inline void* _data_rows(object x, int typenum) except NULL:
     """The data of a validated input the entry hands to a strided driver: a native-order ndarray
     of the work type with unit-stride rows (_row_strides); the check keeps the core memory-safe."""
-    if not cnp.PyArray_Check(x) or cnp.PyArray_TYPE(<cnp.ndarray>x) != typenum or _row_strides(x) is None:
+    cdef Py_ssize_t st[3]
+    if not cnp.PyArray_Check(x) or cnp.PyArray_TYPE(<cnp.ndarray>x) != typenum or not _row_strides(x, st):
         raise ValueError("fuel_cy core: an input reached the core unvalidated (not an array of its work "
                          "type with unit-stride rows)")
     return cnp.PyArray_DATA(<cnp.ndarray>x)
@@ -124,11 +127,41 @@ def _temp(str slot, object shape, object dtype):
     """An uninitialized array of `shape`, reused by the next call on this thread with the same
     slot: the caller must overwrite it and must not return it."""
     dt = _np.dtype(dtype)
-    cdef Py_ssize_t n = 1, s
-    for s in shape:
-        n *= s
+    cdef cnp.npy_intp dims[8]
+    cdef int nd = len(shape), a
+    if nd > 8:
+        raise ValueError("fuel_cy core: a temporary of rank > 8")
+    for a in range(nd):
+        dims[a] = shape[a]
+    return _temp_c(slot, nd, dims, dt.num)
+
+
+cdef object _temp_c(str slot, int nd, const cnp.npy_intp* dims, int typenum):
+    """_temp in C: the array of the last call with this slot when it has this dtype and shape (a
+    decode step asks for the same ones every step), else a view of the slot's cached buffer.  Its
+    user overwrites it and never returns it."""
+    cache = getattr(_temps, "arrays", None)
+    if cache is None:
+        cache = _temps.arrays = {}
+    last = cache.get(slot)
+    cdef int a
+    cdef bint same = last is not None and cnp.PyArray_TYPE(<cnp.ndarray>last) == typenum and cnp.PyArray_NDIM(<cnp.ndarray>last) == nd
+    if same:
+        for a in range(nd):
+            if cnp.PyArray_DIM(<cnp.ndarray>last, a) != dims[a]:
+                same = False
+                break
+    if same:
+        return last
+    cdef Py_ssize_t n = 1
+    for a in range(nd):
+        n *= dims[a]
+    dt = _np.dtype(cnp.PyArray_TypeObjectFromType(typenum))
     cdef Py_ssize_t nbytes = n * dt.itemsize
-    return _cached(slot, nbytes)[:nbytes].view(dt).reshape(shape)
+    arr = _cached(slot, nbytes)[:nbytes].view(dt).reshape(tuple(dims[a] for a in range(nd)))
+    if nbytes <= TEMP_CACHE_BYTES:
+        cache[slot] = arr
+    return arr
 
 
 cdef object _scratch(str slot, Py_ssize_t nbytes):
@@ -148,12 +181,15 @@ def _work(object x, object npwork, str code, int nthreads=1, str slot=None):
     cdef int is_f16 = half_flag(code) if x is not None else -1  # _core_dtypes.pxi: -1 unless 16-bit
     if is_f16 < 0:
         return _v.work(x, npwork)
-    cdef const unsigned short[::1] bits = _bits(x)
-    out = _temp(slot, (bits.shape[0],), _np.float32) if slot is not None else _np.empty(bits.shape[0], dtype=_np.float32)
-    cdef float[::1] o = out
-    if bits.shape[0]:
+    if not (cnp.PyArray_Check(x) and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x) and cnp.PyArray_ITEMSIZE(<cnp.ndarray>x) == 2):
+        x = _np.ascontiguousarray(x)   # (a strided view of a 16-bit input: one copy of its bits)
+    cdef cnp.npy_intp n = cnp.PyArray_SIZE(<cnp.ndarray>x)
+    out = _temp_c(slot, 1, &n, cnp.NPY_FLOAT32) if slot is not None else cnp.PyArray_EMPTY(1, &n, cnp.NPY_FLOAT32, 0)
+    cdef unsigned short* h = <unsigned short*>cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef float* f = <float*>cnp.PyArray_DATA(<cnp.ndarray>out)
+    if n:
         with nogil:
-            _convert_par(<unsigned short*>&bits[0], &o[0], bits.shape[0], is_f16, True, nthreads)  # read only
+            _convert_par(h, f, n, is_f16, True, nthreads)  # read only
     return out
 
 
@@ -163,13 +199,29 @@ def _from_work(object arr, str code, int nthreads=1):
     cdef int is_f16 = half_flag(code)
     if is_f16 < 0:
         return _v.from_work(arr, code)
-    cdef float[::1] a = arr.reshape(-1)
-    res = _np.empty(arr.shape, dtype=_v.NUMPY_DTYPES[code])
-    cdef unsigned short[::1] r = res.reshape(-1).view(_np.uint16)
-    if a.shape[0]:
+    if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(<cnp.ndarray>arr) == cnp.NPY_FLOAT32
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr)):
+        arr = _np.ascontiguousarray(arr, dtype=_np.float32)
+    res = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>arr), cnp.PyArray_DIMS(<cnp.ndarray>arr),
+                            _half_typenum(code), 0)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(<cnp.ndarray>arr)
+    cdef float* a = <float*>cnp.PyArray_DATA(<cnp.ndarray>arr)
+    cdef unsigned short* r = <unsigned short*>cnp.PyArray_DATA(<cnp.ndarray>res)
+    if n:
         with nogil:
-            _convert_par(&r[0], &a[0], a.shape[0], is_f16, False, nthreads)
+            _convert_par(r, a, n, is_f16, False, nthreads)
     return res
+
+
+cdef dict _HALF_TYPENUMS = {}
+
+
+cdef int _half_typenum(str code) except -1:
+    """The numpy type number of a 16-bit contract dtype (ml_dtypes' bfloat16 has no constant)."""
+    num = _HALF_TYPENUMS.get(code)
+    if num is None:
+        num = _HALF_TYPENUMS[code] = _np.dtype(_v.NUMPY_DTYPES[code]).num
+    return num
 
 
 # Python runs signal handlers only in its main thread, so only calls made there poll for them
@@ -203,6 +255,8 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.it = NULL   # set by the driver that owns the call
     o.alibi_abs = 0
     o.k_rows = 0
+    o.k16 = o.v16 = NULL
+    o.is_f16 = 0
     o.lse = NULL
     o.lse_ld = 0
     o.mask = NULL
@@ -211,17 +265,19 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     return o
 
 
-cdef void _layouts(Shape* sh, tuple strides):
+cdef void _layouts(Shape* sh, const Py_ssize_t* strides) noexcept:
     """sh's operand layouts: C-contiguous, or the (batch, head, row) element strides of q, k, v
     and out, in that order."""
     sh.lq = contiguous_layout(sh.Hq, sh.Sq, sh.D)
     sh.lo = sh.lq
     sh.lk = contiguous_layout(sh.Hkv, sh.Sk, sh.D)
     sh.lv = sh.lk
-    if strides is None:
+    if strides == NULL:
         return
-    sh.lq.sb, sh.lq.sh, sh.lq.ss, sh.lk.sb, sh.lk.sh, sh.lk.ss, \
-        sh.lv.sb, sh.lv.sh, sh.lv.ss, sh.lo.sb, sh.lo.sh, sh.lo.ss = strides
+    sh.lq.sb, sh.lq.sh, sh.lq.ss = strides[0], strides[1], strides[2]
+    sh.lk.sb, sh.lk.sh, sh.lk.ss = strides[3], strides[4], strides[5]
+    sh.lv.sb, sh.lv.sh, sh.lv.ss = strides[6], strides[7], strides[8]
+    sh.lo.sb, sh.lo.sh, sh.lo.ss = strides[9], strides[10], strides[11]
 
 
 cdef void _zero_rows(real_t* out, Shape* sh) noexcept nogil:
@@ -279,17 +335,22 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
                      real_t* out, tuple dims, dict params, int nthreads, bint naive,
                      bint bf16_pairs=False, Py_ssize_t shift=0, const unsigned char* mask=NULL,
-                     const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False, tuple strides=None,
-                     float* lse=NULL, Py_ssize_t lse_ld=0):
+                     const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False, const Py_ssize_t* strides=NULL,
+                     float* lse=NULL, Py_ssize_t lse_ld=0, const unsigned short* k16=NULL,
+                     const unsigned short* v16=NULL, int is_f16=0):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
     fc_amx.h).  shift: the masks' alignment (_opts).  mask, bias: attention_masked's [MB, MH, MQ,
     Sk] boolean mask and additive bias (flash only), mask_dims (MB, MH, MQ, AB, AH, AQ) their
     leading dims.  strides: the element strides (batch, head, row) of q, k, v and out, 12 in
     all (flash only; the rows' D elements adjacent); None: C-contiguous.  lse: where the flash
-    forward writes each row's log-sum-exp (AttnOpts.lse, lse_ld), or NULL."""
+    forward writes each row's log-sum-exp (AttnOpts.lse, lse_ld), or NULL.  k16, v16: a decode
+    step (Sq == 1) under float32 compute reads K and V in their bf16/f16 storage (is_f16) where
+    they lie, laid out as `strides` says (k and v are then NULL; AttnOpts.k16)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
-    if naive and strides is not None:
+    if k16 != NULL and (naive or bf16_pairs or sh.Sq != 1 or real_t is not float or rnd_t is not RoundNone):
+        raise ValueError("fuel_cy core: 16-bit K and V are read in place by the float32-compute decode only")
+    if naive and strides != NULL:
         raise ValueError("fuel_cy core: the naive forward reads C-contiguous operands only")
     _layouts(&sh, strides)
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
@@ -301,6 +362,9 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
     cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
     o.alibi_abs = alibi_abs
+    o.k16 = k16
+    o.v16 = v16
+    o.is_f16 = is_f16
     if lse != NULL:
         if naive:
             raise ValueError("fuel_cy core: the naive forward has no log-sum-exp output")
@@ -329,10 +393,10 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     cdef bint vpairs = bf16_pairs and not naive and fc_bf16_on_tiles()
     # a decode step under the float32/float64 policies: the scores are row dots with K's rows,
     # no packed K^T (one query row per head reads each key once either way)
-    cdef bint krows = rnd_t is RoundNone and not naive and not bf16_pairs and sh.Sq == 1
+    cdef bint krows = rnd_t is RoundNone and not naive and not bf16_pairs and sh.Sq == 1 and k16 == NULL
     o.k_rows = krows
     # one buffer: packed K (or its bf16 pairs), V's pairs, then every thread's scratch, each 64-byte aligned
-    cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows else chunk * per_head * sizeof(real_t)
+    cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows or k16 != NULL else chunk * per_head * sizeof(real_t)
     cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs else 0
     cdef Py_ssize_t n_vpp = chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int) if vpairs else 0
     buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp) + nt * per_thread * sizeof(real_t))
@@ -354,7 +418,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                     pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
                 if vpairs:
                     pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
-            if not bf16_pairs and not krows:
+            if not bf16_pairs and not krows and k16 == NULL:
                 pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
             if naive:
                 naive_forward_core(tag, kv0, nkv, <real_t*>q, ktp, <real_t*>v, <real_t*>slopes, out, &sh, &o,
@@ -403,18 +467,13 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
     fc_interrupt_raise(&it)
 
 
-def _bits(object x):
-    """A bf16/f16 input's storage as a flat uint16 view (no copy of a contiguous input)."""
-    return _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
-
-
 cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
                       const real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                       tuple dims, dict params, int nthreads, bint bf16_pairs):
     """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
-    _layouts(&sh, None)
+    _layouts(&sh, NULL)
     if sh.B == 0 or sh.Hq == 0 or sh.Sq == 0 or sh.Sk == 0 or sh.D == 0:  # (each memset is one array's size)
         memset(dq, 0, sh.B * sh.Hq * sh.Sq * sh.D * sizeof(real_t))
         memset(dk, 0, sh.B * sh.Hkv * sh.Sk * sh.D * sizeof(real_t))
@@ -487,7 +546,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     # q and out: heads D apart, rows Hq * D; k: rows Hkv * D (one batch item: its stride unused);
     # v gathered per sequence into [Hkv, lk, D]: P V streams V's rows, and rows Hkv * D apart
     # fold onto a fraction of L1's sets (measured 3% slower at Hkv * D = 128 floats)
-    cdef tuple strides
+    cdef Py_ssize_t strides[12]
     cdef int nt
     dt = _np.float32 if real_t is float else _np.float64
     for b in range(B1 - 1):
@@ -502,7 +561,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
         with nogil:
             _gather_heads(v, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
-        strides = (0, D, Hq * D, 0, D, Hkv * D, 0, lk * D, D, 0, D, Hq * D)
+        strides[:] = [0, D, Hq * D, 0, D, Hkv * D, 0, lk * D, D, 0, D, Hq * D]
         _forward(tag, q + q0 * Hq * D, k + k0 * Hkv * D, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), slopes,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)

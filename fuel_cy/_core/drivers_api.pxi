@@ -46,12 +46,16 @@ cdef object drive_attention_flash(rnd_t tag, const real_t* q, const real_t* k, c
 
 cdef object drive_attention_flash_half(RoundNone tag, const float* q, const float* k, const float* v,
                                        const float* slopes, float* out, tuple dims,
-                                       dict params, int nthreads, int is_f16):
+                                       dict params, int nthreads, int is_f16,
+                                       const unsigned short* k16=NULL, const unsigned short* v16=NULL):
     """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
     level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16),
     or AMX tile sums where the CPU has AMX-BF16, P V then on the tiles too (fc_pv_bf16v);
-    otherwise, and for f16, the float32 loops."""
-    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False, bool(FC_HAVE_DPBF16) and not is_f16)
+    otherwise, and for f16, the float32 loops.  k16, v16 (k and v NULL): a decode step (Sq == 1)
+    reading K and V in their 16-bit storage, C-contiguous, widened in registers (no copy)."""
+    _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False,
+             bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, NULL, <const float*>NULL, None, False, NULL,
+             NULL, 0, k16, v16, is_f16)
 
 
 # ---- paged decode over a block table ------------------------------------------------------------
@@ -127,11 +131,11 @@ cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const flo
 cdef object drive_attention_masked(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
                                    const unsigned char* attn_mask, const real_t* attn_bias,
                                    real_t* out, tuple dims, dict params, int nthreads, tuple mask_dims,
-                                   tuple strides):
+                                   const Py_ssize_t* strides):
     """The flash forward with attn_mask (nonzero: the pair takes part) and attn_bias (added after
     softcap), each [MB, MH, MQ, Sk] with each leading dim 1 or its extent; NULL when absent.
     mask_dims (MB, MH, MQ, AB, AH, AQ): their leading dims (entries.pxi expands a key dim of 1).
-    strides: the (batch, head, row) element strides of q, k, v and out (_forward), or None."""
+    strides: the (batch, head, row) element strides of q, k, v and out (_forward), 12 in all, or NULL."""
     _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False, False, 0, attn_mask, attn_bias, mask_dims,
              False, strides)
 
@@ -139,9 +143,13 @@ cdef object drive_attention_masked(rnd_t tag, const real_t* q, const real_t* k, 
 cdef object drive_attention_masked_half(RoundNone tag, const float* q, const float* k, const float* v,
                                         const unsigned char* attn_mask, const float* attn_bias,
                                         float* out, tuple dims, dict params, int nthreads, tuple mask_dims,
-                                        int is_f16):
+                                        int is_f16, const unsigned short* k16=NULL, const unsigned short* v16=NULL,
+                                        const Py_ssize_t* strides=NULL):
     """drive_attention_masked on bf16/f16 inputs (widened exactly into C-contiguous work arrays)
     under float32 compute, the bf16 scores by vdpbf16ps or AMX tiles where the CPU has them (as
-    drive_attention_flash_half)."""
-    _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False, bool(FC_HAVE_DPBF16) and not is_f16, 0,
-             attn_mask, attn_bias, mask_dims)
+    drive_attention_flash_half).  k16, v16 (k and v NULL): a decode step (Sq == 1) reading K and V
+    in their 16-bit storage where they lie (strides: q's, k's, v's and out's, as drive_attention_masked),
+    widened in registers: a KV cache is read at two bytes an element, never copied."""
+    _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False,
+             bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, attn_mask, attn_bias, mask_dims, False,
+             strides, NULL, 0, k16, v16, is_f16)

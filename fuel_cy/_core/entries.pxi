@@ -19,7 +19,8 @@
 #                absent optional input
 #   dims, params, nthreads   as drivers_api.pxi states
 # A 16-bit input (bf16/f16) is widened exactly into a reused temporary (drivers.pxi _work), except
-# the pool of the paged half driver, which reads it in place; outputs are fresh arrays of T.
+# the pool of the paged half driver and K and V of a decode step (Sq = 1) of the flash and masked
+# half drivers, which are read in place; outputs are fresh arrays of T.
 
 cdef enum:
     _DRV_NAIVE = 0
@@ -70,11 +71,23 @@ cdef inline const void* _ptr(object a, int typenum) except? NULL:
 cdef inline object _out(str slot, object like, object npwork, bint narrow, int typenum):
     """An output's work array: a reused temporary when it is narrowed to T afterwards, else the
     fresh array handed out."""
-    return _temp(slot, like.shape, npwork) if narrow else _empty_as(like, typenum)
+    if narrow:
+        return _temp_c(slot, cnp.PyArray_NDIM(<cnp.ndarray>like), cnp.PyArray_DIMS(<cnp.ndarray>like), typenum)
+    return _empty_as(like, typenum)
+
+
+cdef inline object _rows_view(object x, Py_ssize_t* st):
+    """x itself where the core reads its rows in place (st[0:3]: its batch, head and row strides,
+    drivers.pxi _row_strides), else a C-contiguous copy of it (st: the copy's)."""
+    if not _row_strides(x, st):
+        x = _np.ascontiguousarray(x)
+        _row_strides(x, st)
+    return x
 
 
 cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple dims, dict params, int nthreads):
     """`call` under one policy: (tag, real_t) is the policy, `w` only selects real_t."""
+    cdef Py_ssize_t strides[12]   # the masked drivers' q, k, v and out strides
     cdef int is_f16 = half_flag(code)       # _core_dtypes.pxi: -1 unless a 16-bit float
     cdef bint narrow = is_f16 >= 0          # stored narrower than computed: widened in, rounded out
     cdef int tn = cnp.NPY_FLOAT32 if real_t is float else cnp.NPY_FLOAT64
@@ -84,11 +97,14 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     npwork = "float32" if real_t is float else "float64"
     if halfdrv and not (narrow and real_t is float and (rnd_t is RoundNone or driver == _DRV_PAGED_HALF)):
         return NotImplemented
+    # a decode step (Sq == 1) of a half driver reads K and V in their 16-bit storage: a KV cache
+    # is read once at two bytes an element instead of widened into a copy on every step
+    cdef bint decode16 = halfdrv and (driver == _DRV_FLASH_HALF or driver == _DRV_MASKED_HALF) and dims[3] == 1
     if driver <= _DRV_FLASH_HALF:
         q, k, v, s = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
-        k_a = _win(k, npwork, code, narrow, nthreads, "k")
-        v_a = _win(v, npwork, code, narrow, nthreads, "v")
+        k_a = _win(k, npwork, code, narrow and not decode16, nthreads, "k")
+        v_a = _win(v, npwork, code, narrow and not decode16, nthreads, "v")
         s_a = _win(s, npwork, code, narrow, nthreads, "alibi_slopes")
         out = _out("out:out", q, npwork, narrow, tn)
         if driver == _DRV_NAIVE:
@@ -101,9 +117,16 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                   <real_t*>_ptr(out, tn), dims, params, nthreads)
         else:
             if rnd_t is RoundNone and real_t is float:
-                drive_attention_flash_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
-                                           <const float*>_ptr(v_a, tn), <const float*>_ptr(s_a, tn),
-                                           <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
+                if decode16:
+                    h = _half_typenum(code)
+                    drive_attention_flash_half(tag, <const float*>_ptr(q_a, tn), NULL, NULL,
+                                               <const float*>_ptr(s_a, tn), <float*>_ptr(out, tn), dims, params,
+                                               nthreads, is_f16, <const unsigned short*>_ptr(k, h),
+                                               <const unsigned short*>_ptr(v, h))
+                else:
+                    drive_attention_flash_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
+                                               <const float*>_ptr(v_a, tn), <const float*>_ptr(s_a, tn),
+                                               <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
     if driver <= _DRV_PAGED_HALF:
         q, kc, vc, table, lens, s = ins
@@ -119,7 +142,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                         <real_t*>_ptr(out, tn), dims, params, nthreads)
         else:
             if real_t is float:  # the pool read in place, in its 16-bit storage
-                h = _np.dtype(_v.NUMPY_DTYPES[code]).num
+                h = _half_typenum(code)
                 drive_attention_paged_half(tag, <const float*>_ptr(q_a, tn), <const unsigned short*>_ptr(kc, h),
                                            <const unsigned short*>_ptr(vc, h), <const unsigned int*>_ptr(table, u32),
                                            <const unsigned int*>_ptr(lens, u32), <const float*>_ptr(s_a, tn),
@@ -139,12 +162,28 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         out = _out("out:out", q, npwork, narrow, tn)
         if driver == _DRV_MASKED:
             # q, k and v are read where they lie (any view with unit-stride rows; another is copied)
-            q, k, v = [x if _row_strides(x) is not None else _np.ascontiguousarray(x) for x in (q, k, v)]
-            strides = _row_strides(q) + _row_strides(k) + _row_strides(v) + _row_strides(out)
+            q = _rows_view(q, strides)
+            k = _rows_view(k, strides + 3)
+            v = _rows_view(v, strides + 6)
+            _rows_view(out, strides + 9)
             drive_attention_masked(tag, <const real_t*>_data_rows(q, tn), <const real_t*>_data_rows(k, tn),
                                    <const real_t*>_data_rows(v, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
                                    <const real_t*>_ptr(b_a, tn), <real_t*>_ptr(out, tn), dims, params, nthreads,
                                    mdims, strides)
+        elif decode16:
+            q_a = _win(q, npwork, code, narrow, nthreads, "q")
+            h = _half_typenum(code)
+            k = _rows_view(k, strides + 3)
+            v = _rows_view(v, strides + 6)
+            # q's work array and out are C-contiguous [B, Hq, 1, D]
+            strides[0] = strides[9] = _dim(q, 1) * _dim(q, 3)
+            strides[1] = strides[2] = strides[10] = strides[11] = _dim(q, 3)
+            if rnd_t is RoundNone and real_t is float:
+                drive_attention_masked_half(tag, <const float*>_ptr(q_a, tn), NULL, NULL,
+                                            <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
+                                            <const float*>_ptr(b_a, tn), <float*>_ptr(out, tn), dims, params,
+                                            nthreads, mdims, is_f16, <const unsigned short*>_data_rows(k, h),
+                                            <const unsigned short*>_data_rows(v, h), strides)
         else:
             q_a = _win(q, npwork, code, narrow, nthreads, "q")
             k_a = _win(k, npwork, code, narrow, nthreads, "k")

@@ -143,7 +143,11 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t* rows[BC]
     cdef real_t* srow
     cdef real_t* orow
-    cdef real_t* vbase = v + row_offset(&sh.lv, kvh, 0)
+    cdef real_t* vbase = v + row_offset(&sh.lv, kvh, 0) if o.v16 == NULL else NULL
+    # with o.k16 / o.v16 (float32 compute, 16-bit K and V read in place), their rows there
+    cdef const unsigned short* rows16[BC]
+    cdef const unsigned short* krow16 = o.k16 + row_offset(&sh.lk, kvh, 0) if o.k16 != NULL else NULL
+    cdef const unsigned short* vrow16 = o.v16 + row_offset(&sh.lv, kvh, 0) if o.v16 != NULL else NULL
     cdef Py_ssize_t ldv = sh.lv.ss
     cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
     # with o.k_rows, ktp is K itself, laid out as sh.lk says
@@ -225,6 +229,11 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         if kpp != NULL:
             if rnd_t is RoundNone and real_t is float:
                 fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
+        elif krow16 != NULL:
+            for jj in range(nc):
+                rows16[jj] = krow16 + (j0 + jj) * sh.lk.ss
+            if rnd_t is RoundNone and real_t is float:
+                fc_rowdots_heads_h16(Qs, 1, nr4, D, rows16, nc, nc, S, BC, o.is_f16)
         elif krow0 != NULL:
             for jj in range(nc):
                 rows[jj] = krow0 + (j0 + jj) * sh.lk.ss
@@ -279,6 +288,12 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     l[r] = R(tag, R(tag, l[r] * alphas[r]) + totals[r])
         for r in range(nr, nr4):
             zero(S + r * BC, nc)
+        if vrow16 != NULL:
+            for jj in range(nc):
+                rows16[jj] = vrow16 + (j0 + jj) * ldv
+            if rnd_t is RoundNone and real_t is float:
+                fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
+            continue
         for jj in range(nc):
             rows[jj] = vbase + (j0 + jj) * ldv
         if kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are

@@ -37,6 +37,7 @@ class ConstraintCheck:
     """A shape or param constraint as the validator checks it."""
 
     source: str  # the condition, in Cython
+    fast_source: str  # the same condition for the typed fast path (C over the arrays' dims where it can)
     values: tuple[tuple[str, str], ...]  # (label, source) of each value the error message shows
     guard: tuple[str, ...]  # the optional inputs it reads: it applies only when they are given
     clause: str  # the contract clause, for the message
@@ -213,6 +214,39 @@ def _leaves(c: expr.Constraint) -> list[expr.Node]:
     return out
 
 
+def _fast_constraint_source(c: expr.Constraint, owner: str, kernel: Kernel) -> Optional[str]:
+    """The constraint in C over the dims of the exact, rank-checked arrays the typed fast path has
+    accepted (fastcheck.pxi helpers), or None when it is not only dims and numbers (arithmetic
+    keeps Python's exact integers: the full checks' source serves it)."""
+    symbols = kernel.symbols
+    ranks = {spec.name: spec.rank for spec in kernel.inputs}
+
+    def dim(node: expr.Node) -> str:
+        if isinstance(node, expr.Num) and isinstance(node.value, int):
+            return repr(node.value)
+        if isinstance(node, expr.DimRef):
+            tensor, axis = node.tensor or owner, node.index
+        elif isinstance(node, expr.Sym) and node.name.lower() in symbols:
+            tensor, axis = symbols[node.name.lower()]
+        else:
+            raise LookupError(node)
+        if not 0 <= axis < ranks.get(tensor, 0):   # an axis the fast path's rank check does not cover
+            raise LookupError(node)
+        return f"cnp.PyArray_DIM(<cnp.ndarray>{tensor}, {axis})"
+
+    try:
+        if isinstance(c, expr.SameAs):
+            return f"_fc_same_shape({owner}, {c.other})"
+        if isinstance(c, expr.Divisible):
+            return f"_fc_divisible({dim(c.numerator)}, {dim(c.denominator)})"
+        if isinstance(c, expr.Broadcasts):
+            axes = "".join(f" and _fc_broadcast_dim({owner}, {a}, {dim(t)})" for a, t in enumerate(c.targets))
+            return f"(cnp.PyArray_NDIM(<cnp.ndarray>{owner}) == {len(c.targets)}{axes})"
+        return " == ".join(dim(t) for t in c.terms)
+    except LookupError:
+        return None
+
+
 def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_inputs: set[str],
                      clause: str) -> ConstraintCheck:
     leaf = _leaf_source(owner, kernel)
@@ -235,7 +269,8 @@ def constraint_check(c: expr.Constraint, owner: str, kernel: Kernel, optional_in
             label = owner if isinstance(n, expr.SelfRef) else expr.node_str(n) if not isinstance(n, expr.DimRef) or n.tensor else f"{owner}.dim[{n.index}]"
             values.append((label, src))
             refs.add(src.split(".")[0])
-    return ConstraintCheck(source, tuple(values), tuple(sorted(r for r in refs if r in optional_inputs)), clause)
+    fast = _fast_constraint_source(c, owner, kernel) or source
+    return ConstraintCheck(source, fast, tuple(values), tuple(sorted(r for r in refs if r in optional_inputs)), clause)
 
 
 # What a C-contiguous array that starts at its buffer's start is, under each layout clause: the
