@@ -328,7 +328,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     for i in k.inputs:
         opt = " (optional)" if i.optional else ""
         sc = f"  constraint: {i.shape_constraint}" if i.shape_constraint else ""
-        print(f"  {i.name:<14} {'|'.join(i.dtypes):<20} rank {i.rank} [{', '.join(i.dims)}]{opt}{sc}")
+        print(f"  {i.name:<14} {'|'.join(i.dtypes):<20} rank {i.rank if i.lowest_rank == i.rank else f'{i.lowest_rank}-{i.rank}'} [{', '.join(i.dims)}]{opt}{sc}")
     print("params:")
     for f in k.op_params.fields:
         extra = f"  constraint: {f.constraint}" if f.constraint else ""

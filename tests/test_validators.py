@@ -23,6 +23,14 @@ def _value(sym: str, overrides: dict) -> int:
     return overrides.get(sym, SYMBOL_VALUES.get(sym, 3))
 
 
+def _extent(kernel, by_name: dict, node) -> int:
+    """A dim an expression names, from the arrays made so far (inputs come in contract order)."""
+    if isinstance(node, expr.DimRef):
+        return by_name[node.tensor].shape[node.index]
+    name, axis = kernel.symbols[node.name.lower()]
+    return by_name[name].shape[axis]
+
+
 def _inputs(kernel, dtype=None, overrides=None):
     """One array per input; floats in `dtype`, else the kernel's first (F32 where it takes it)."""
     overrides = overrides or {}
@@ -33,7 +41,8 @@ def _inputs(kernel, dtype=None, overrides=None):
     for spec in kernel.inputs:
         shape = tuple(_value(s, overrides) for s in spec.dims)
         if isinstance(spec.shape_constraint, expr.Broadcasts):   # the full extents it broadcasts to
-            shape = tuple(by_name[t.tensor].shape[t.index] for t in spec.shape_constraint.targets)
+            shape = tuple(int(expr.evaluate(t, lambda n: _extent(kernel, by_name, n)))
+                          for t in spec.shape_constraint.targets)
         code = dtype if spec.shares_t else spec.dtypes[0]
         arrays.append(np.full(shape, 0.5 if spec.is_float else 0, dtype=NUMPY_DTYPES[code]))
         by_name[spec.name] = arrays[-1]
@@ -76,6 +85,8 @@ def _clause_cases():
         for idx, spec in enumerate(k.inputs):
             yield k, ("dtype", idx)
             yield k, ("rank", idx)
+            if spec.lowest_rank < spec.rank:
+                yield k, ("min_rank", idx)
             for key in LAYOUT_ORDER:
                 if spec.layout_policy(key) != "accepted":
                     yield k, ("layout", idx, key)
@@ -120,6 +131,18 @@ def test_clause(kernel, case):
         arrays[idx] = arrays[idx][..., None]
         with pytest.raises(fuel_cy.InputError, match=rf"accept\.inputs\[{idx}\]\.rank"):
             _call(kernel, arrays)
+    elif kind == "min_rank":   # leading dims may be left out down to min_rank, not further
+        idx = case[1]
+        spec = kernel.inputs[idx]
+        low = arrays[idx][(0,) * (spec.rank - spec.lowest_rank)].copy()
+        full = list(arrays)
+        _call(kernel, arrays[:idx] + [low] + arrays[idx + 1:])
+        full[idx] = low.reshape((1,) * (spec.rank - spec.lowest_rank) + low.shape)
+        _call(kernel, full)
+        if spec.lowest_rank > 1:
+            arrays[idx] = low[0].copy()
+            with pytest.raises(fuel_cy.InputError, match=rf"accept\.inputs\[{idx}\]\.rank"):
+                _call(kernel, arrays)
     elif kind == "layout":
         idx, key = case[1], case[2]
         spec = kernel.inputs[idx]
@@ -169,12 +192,15 @@ def test_clause(kernel, case):
             ok = list(shape)
             ok[axis] = 1
             shape[axis] += 1
-            good = list(arrays)
-            good[idx] = np.zeros(ok, arrays[idx].dtype)
-            _call(kernel, good)
+            sym = kernel.inputs[idx].dims[axis]   # a dim another input binds is that extent alone
+            shared = sum(sym in spec.dims for spec in kernel.inputs) > 1
+            if not shared:
+                good = list(arrays)
+                good[idx] = np.zeros(ok, arrays[idx].dtype)
+                _call(kernel, good)
             arrays2 = list(arrays)
             arrays2[idx] = np.zeros(shape, arrays[idx].dtype)
-            with pytest.raises(fuel_cy.InputError, match=r"shape_constraint 'broadcasts_to"):
+            with pytest.raises(fuel_cy.InputError, match=rf"dim {sym} is shared" if shared else r"shape_constraint 'broadcasts_to"):
                 _call(kernel, arrays2)
     elif kind == "param":
         field = next(f for f in kernel.op_params.fields if f.name == case[1])

@@ -38,8 +38,8 @@ def scores(q, k, cu_q, cu_k, scale=None, causal=False, left=None, right=None, so
             s = q[qs, h] @ k[ks, h // group].T * scale
             if softcap is not None:
                 s = np.tanh(s / softcap) * softcap
-            if slopes is not None:
-                s = s - float(slopes[h]) * np.abs(p - j)
+            if slopes is not None:   # [Hq], or [B, Hq]: one set per sequence
+                s = s - float((slopes[b] if np.ndim(slopes) == 2 else slopes)[h]) * np.abs(p - j)
             yield qs, ks, h, np.where(ok, s, -np.inf), ok
 
 
@@ -123,6 +123,28 @@ def test_alibi_is_flash_attns_form(dtype, params):
     assert rel(out, expected) <= bound(code, 64, 300, compute="f32"), (code, rel(out, expected))
     assert rel(out, reference(q, k, v, cu_q, cu_k, None, params.get("causal", False), params.get("window_size_left"),
                               params.get("window_size_right"), params.get("softcap"))) > 1e-2   # the slopes act
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_alibi_slopes_per_sequence_and_head(dtype):
+    """flash-attn's [B, Hq] slopes: sequence b uses row b; [1, Hq] is [Hq] (the same bits)."""
+    lens = ([3, 64, 17, 1], [100, 64, 300, 40])
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=12)
+    per_seq = (np.random.default_rng(12).random((4, 8)) * 2).astype(np.float32)
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, per_seq, causal=True)
+    code = CODES[np.dtype(dtype)]
+    assert rel(out, reference(q, k, v, cu_q, cu_k, None, True, slopes=per_seq)) <= bound(code, 64, 300, compute="f32")
+    for b in range(4):   # each sequence's rows are those of a call with its slopes alone
+        rows = slice(cu_q[b], cu_q[b + 1])
+        alone = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, per_seq[b].copy(), causal=True)
+        assert bits(out[rows]) == bits(alone[rows])
+    one = per_seq[:1]
+    assert bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, one)) == bits(
+        fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, np.ascontiguousarray(one[0])))
+    msg = input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k, np.ones((3, 8), np.float32))
+    assert msg and "'alibi_slopes'" in msg and "broadcasts_to" in msg
+    msg = input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k, np.ones((1, 4, 8), np.float32))
+    assert msg and "'alibi_slopes'" in msg and "rank" in msg
 
 
 def test_alibi_slopes_are_float32_whatever_q_is():

@@ -529,12 +529,13 @@ cdef void _gather_heads(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize
 
 
 cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned int* cu_q,
-                    const unsigned int* cu_k, const real_t* slopes, real_t* out, float* lse, tuple dims,
-                    dict params, int nthreads, bint bf16_pairs):
+                    const unsigned int* cu_k, const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse,
+                    tuple dims, dict params, int nthreads, bint bf16_pairs):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
     cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and cu_k[b] .. cu_k[b + 1] of k, v [Tk, Hkv, D],
     its masks aligned to the bottom-right of its own block (query i at key position i + lk - lq),
-    ALiBi in flash-attn's form (slopes: one per query head, in the work type, or NULL); lse, when
+    ALiBi in flash-attn's form (slopes: Hq per sequence, slopes_ld apart (0: one set for all), in
+    the work type, or NULL); lse, when
     not NULL, [Hq, Tq] float32 set to +inf, gets each row's log-sum-exp.  Each sequence runs the flash forward on its rows where they lie: as [1, H, l, D] operands
     whose heads are D elements apart and rows H * D (the validators checked cu_q and cu_k: from
     0, non-decreasing, to Tq and Tk)."""
@@ -562,6 +563,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
         with nogil:
             _gather_heads(v, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
         strides[:] = [0, D, Hq * D, 0, D, Hkv * D, 0, lk * D, D, 0, D, Hq * D]
-        _forward(tag, q + q0 * Hq * D, k + k0 * Hkv * D, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), slopes,
+        _forward(tag, q + q0 * Hq * D, k + k0 * Hkv * D, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb),
+                 slopes + b * slopes_ld if slopes != NULL else NULL,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)

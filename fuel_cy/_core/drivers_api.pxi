@@ -107,21 +107,22 @@ cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, c
 
 cdef object drive_attention_varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
                                    const unsigned int* cu_seqlens_q, const unsigned int* cu_seqlens_k,
-                                   const real_t* slopes, real_t* out, float* lse, tuple dims, dict params,
-                                   int nthreads):
+                                   const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse,
+                                   tuple dims, dict params, int nthreads):
     """dims (Tq, Tk, B1, Hq, Hkv, D): q [Tq, Hq, D], k/v [Tk, Hkv, D], B1 = B + 1 offsets each;
-    slopes: the float32 ALiBi slopes [Hq] in the work type (exactly), or NULL; lse: [Hq, Tq]
+    slopes: the float32 ALiBi slopes in the work type (exactly), Hq per sequence, slopes_ld apart
+    (0: the same Hq for every sequence), or NULL; lse: [Hq, Tq]
     float32 filled with +inf, written with each row's log-sum-exp, or NULL."""
-    _varlen(tag, q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, out, lse, dims, params, nthreads, False)
+    _varlen(tag, q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, slopes_ld, out, lse, dims, params, nthreads, False)
 
 
 cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const float* k, const float* v,
                                         const unsigned int* cu_seqlens_q, const unsigned int* cu_seqlens_k,
-                                        const float* slopes, float* out, float* lse, tuple dims, dict params,
-                                        int nthreads, int is_f16):
+                                        const float* slopes, Py_ssize_t slopes_ld, float* out, float* lse,
+                                        tuple dims, dict params, int nthreads, int is_f16):
     """drive_attention_varlen on bf16/f16 inputs (widened exactly) under float32 compute, the bf16
     scores by vdpbf16ps or AMX tiles where the CPU has them (as drive_attention_flash_half)."""
-    _varlen(tag, q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, out, lse, dims, params, nthreads,
+    _varlen(tag, q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, slopes_ld, out, lse, dims, params, nthreads,
             bool(FC_HAVE_DPBF16) and not is_f16)
 
 

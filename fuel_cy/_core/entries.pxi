@@ -200,6 +200,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
         v_a = _win(v, npwork, code, narrow, nthreads, "v")
         s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
+        # [SB, Hq] slopes (the contract reads [Hq] as [1, Hq]): per sequence, or one set for all
+        s_ld = _dim(s_a, 1) if s_a is not None and _dim(s_a, 0) > 1 else 0
         out = _out("out:out", q, npwork, narrow, tn)
         # the log-sum-exp [Hq, Tq] when asked (the contract's `when: return_lse`); +inf stays
         # where a row has nothing admissible
@@ -207,14 +209,14 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         if driver == _DRV_VARLEN:
             drive_attention_varlen(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
                                    <const real_t*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
-                                   <const unsigned int*>_ptr(cu_k, u32), <const real_t*>_ptr(s_a, tn),
+                                   <const unsigned int*>_ptr(cu_k, u32), <const real_t*>_ptr(s_a, tn), s_ld,
                                    <real_t*>_ptr(out, tn), <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params,
                                    nthreads)
         else:
             if rnd_t is RoundNone and real_t is float:
                 drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
                                             <const float*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
-                                            <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn),
+                                            <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn), s_ld,
                                             <float*>_ptr(out, tn), <float*>_ptr(lse, cnp.NPY_FLOAT32), dims,
                                             params, nthreads, is_f16)
         result = _from_work(out, code, nthreads) if narrow else out

@@ -247,7 +247,9 @@ def _contract_inputs(kernel) -> list[str]:
                      for p in ("required", "rejected", "accepted")}
         layout = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in by_policy.items() if keys) or "any"
         bits = [f"`{spec.name}`{' (optional)' if spec.optional else ''}: dtypes {', '.join(spec.dtypes)}",
-                f"rank {spec.rank} `[{', '.join(spec.dims)}]`", f"layout {layout}"]
+                f"rank {spec.rank} `[{', '.join(spec.dims)}]`" if spec.lowest_rank == spec.rank else
+                f"rank {spec.lowest_rank}–{spec.rank} `[{', '.join(spec.dims)}]` (missing leading dims read as 1)",
+                f"layout {layout}"]
         if spec.shape_constraint_text:
             bits.append(f"shape constraint `{spec.shape_constraint_text}`")
         if spec.fdx:

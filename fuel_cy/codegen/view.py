@@ -58,6 +58,7 @@ class InputView:
     optional: bool
     dtypes: tuple[str, ...]
     rank: int
+    min_rank: int  # the lowest rank accepted (missing leading dims read as 1); rank when the contract says none
     dims: tuple[tuple[int, str], ...]  # (axis, dim symbol)
     layout: tuple[tuple[str, str], ...]  # (layout key, policy) of each stated clause, most specific first
     is_float: bool
@@ -299,6 +300,7 @@ def _input_view(kernel: Kernel, idx: int, spec: InputSpec, optional: set[str], s
                                       f"accept.inputs[{idx}].shape_constraint {spec.shape_constraint_text!r}")
     return InputView(
         name=spec.name, index=idx, optional=spec.optional, dtypes=spec.dtypes, rank=spec.rank,
+        min_rank=spec.lowest_rank,
         dims=tuple(enumerate(spec.dims)), layout=layout, is_float=spec.is_float, shares_t=spec.shares_t, line=spec.loc.line,
         fast=_fast_check(spec, layout, symbols),
         int_ctype=integer[0] if integer else None, int_np=integer[1] if integer else None,

@@ -280,13 +280,15 @@ def _inputs(top: Reader, ctx: BlockContext) -> tuple[InputSpec, ...]:
         constraint, ctext = _parse_constraint(r, "shape_constraint")
         optional = r.boolean("optional", False)
         element_type = r.take("element_type", lambda v: v in ELEMENT_TYPES, f"one of {', '.join(ELEMENT_TYPES)}", "T")
+        min_rank = r.take("min_rank", lambda v: type(v) is int and 1 <= v <= (rank if rank is not None else v),
+                          "an integer from 1 to the input's rank", None)
         fdx = _fdx(r.sub("fdx", None))
         r.finish()
         dims = _dims(r, explicit, ctx.comments.get(rank_line, ""), rank, rank_line, constraint, specs)
         specs.append(InputSpec(
             name=name, dtypes=dtypes, layout=layout, rank=len(dims) if rank is None else rank, dims=dims,
             shape_constraint=constraint, shape_constraint_text=ctext, optional=bool(optional),
-            fdx=fdx, loc=Location(ctx.path, r.line), element_type=element_type or "T",
+            fdx=fdx, loc=Location(ctx.path, r.line), element_type=element_type or "T", min_rank=min_rank,
         ))
     accept.finish()
     return tuple(specs)

@@ -49,6 +49,13 @@ class InputSpec:
     fdx: Optional[Fdx]
     loc: Location = _loc()
     element_type: str = "T"  # schema.ELEMENT_TYPES: "own" keeps the input's dtype out of T
+    # the lowest rank accepted: an array of rank min_rank .. rank is read with its missing leading
+    # dims as 1 (numpy's broadcasting); rank itself when the contract does not say
+    min_rank: Optional[int] = None
+
+    @property
+    def lowest_rank(self) -> int:
+        return self.rank if self.min_rank is None else self.min_rank
 
     def layout_policy(self, key: str) -> str:
         return dict(self.layout).get(key, "accepted")

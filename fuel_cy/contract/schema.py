@@ -38,7 +38,7 @@ GATHER = MapNode({"kind": None, "block_table": None, "context_lens": None})
 FDX = MapNode({"requires_ext": None, "symbolic_extent": None, "extent_kind": None, "gather": GATHER})
 INPUT = MapNode({
     "name": None, "dtypes": None, "layout": LAYOUT, "rank": None, "dims": None,
-    "shape_constraint": None, "optional": None, "fdx": FDX, "element_type": None,
+    "shape_constraint": None, "optional": None, "fdx": FDX, "element_type": None, "min_rank": None,
 })
 FIELD = MapNode({"kind": None, "note": None, "constraint": None, "default": None})
 OUTPUT = MapNode({

@@ -42,6 +42,14 @@ def check_dtype(kernel: str, name: str, x: np.ndarray, allowed: Sequence[str], c
     return code  # type: ignore[return-value]
 
 
+def full_rank(x: Any, min_rank: int, rank: int) -> Any:
+    """An array of rank min_rank .. rank - 1 as a view with leading dims of 1 up to `rank`
+    (numpy's broadcasting; the contract's `min_rank`); anything else unchanged, for the checks."""
+    if isinstance(x, np.ndarray) and min_rank <= x.ndim < rank:
+        return x.reshape((1,) * (rank - x.ndim) + x.shape)
+    return x
+
+
 def check_rank(kernel: str, name: str, x: np.ndarray, rank: int, clause: str, where: str) -> None:
     if x.ndim != rank:
         raise InputError(kernel, f"input {name!r}", f"{clause} {rank}", f"received rank {x.ndim} (shape {x.shape})", where)
