@@ -16,7 +16,7 @@ from conftest import ROOT, input_error_of
 KERNELS = [k for d in load_contracts(ROOT / "contracts") for k in d.kernels]
 # extents for dim symbols: distinct, small, and satisfying the divisibility the contracts state
 SYMBOL_VALUES = {"B": 2, "Hq": 4, "Hkv": 2, "Sq": 3, "Sk": 5, "D": 8, "num_blocks": 6, "block_size": 4,
-                 "max_blocks_per_seq": 3}
+                 "max_blocks_per_seq": 3, "B1": 3, "TB": 2, "TU": 2}   # varlen: B + 1 offsets, B table rows
 
 
 def _value(sym: str, overrides: dict) -> int:
@@ -48,7 +48,8 @@ def _inputs(kernel, dtype=None, overrides=None):
         by_name[spec.name] = arrays[-1]
     for cu, rows_of in (("cu_seqlens_q", "q"), ("cu_seqlens_k", "k")):  # varlen: offsets ending at the rows
         if cu in by_name and by_name[cu].size and by_name[rows_of].ndim:
-            by_name[cu][-1] = by_name[rows_of].shape[0]
+            rows = by_name[rows_of].shape[:-2]   # [T, H, D] or a pool [NB, BS, H, D]: its leading dims
+            by_name[cu][-1] = int(np.prod(rows))
     return arrays
 
 
@@ -134,11 +135,13 @@ def test_clause(kernel, case):
     elif kind == "min_rank":   # leading dims may be left out down to min_rank, not further
         idx = case[1]
         spec = kernel.inputs[idx]
-        low = arrays[idx][(0,) * (spec.rank - spec.lowest_rank)].copy()
+        lead = spec.rank - spec.lowest_rank
+        arrays = _inputs(kernel, overrides={s: 1 for s in spec.dims[:lead]})   # the leading dims 1
         full = list(arrays)
-        _call(kernel, arrays[:idx] + [low] + arrays[idx + 1:])
-        full[idx] = low.reshape((1,) * (spec.rank - spec.lowest_rank) + low.shape)
+        full[idx] = arrays[idx][(slice(0, 1),) * lead].copy()   # (one that broadcasts takes its targets' shape)
+        low = full[idx].reshape(full[idx].shape[lead:])
         _call(kernel, full)
+        _call(kernel, arrays[:idx] + [low] + arrays[idx + 1:])
         if spec.lowest_rank > 1:
             arrays[idx] = low[0].copy()
             with pytest.raises(fuel_cy.InputError, match=rf"accept\.inputs\[{idx}\]\.rank"):
@@ -155,8 +158,12 @@ def test_clause(kernel, case):
     elif kind == "omitted":
         # an omitted optional input is absent, not read: for ALiBi slopes and a bias that is 0,
         # for a boolean mask True everywhere (every pair takes part)
+        # (seqused_k: every key of each sequence; a block table: any, every key row holds 0.5)
         idx = case[1]
         zeros = np.ones_like(arrays[idx]) if arrays[idx].dtype == np.bool_ else np.zeros_like(arrays[idx])
+        if kernel.inputs[idx].name == "seqused_k":
+            cu_k = arrays[[s.name for s in kernel.inputs].index("cu_seqlens_k")]
+            zeros = np.diff(cu_k).astype(np.uint32)
         arrays[idx] = None
         omitted = _call(kernel, arrays)
         arrays[idx] = zeros

@@ -227,7 +227,7 @@ def test_deterministic_across_thread_counts():
     ("cu_seqlens_q", [1, 5, 10], "cu_seqlens_q[0] = 1"),
     ("cu_seqlens_q", [0, 6, 5, 10], "cu_seqlens_q[2] = 5 < cu_seqlens_q[1] = 6"),
     ("cu_seqlens_q", [0, 5, 9], "cu_seqlens_q[2] = 9 but q.shape[0] = 10"),
-    ("cu_seqlens_k", [0, 5, 11], "cu_seqlens_k[2] = 11 but k.shape[0] = 10"),
+    ("cu_seqlens_k", [0, 5, 11], "cu_seqlens_k[2] = 11 but the rows of k = 10"),
 ])
 def test_bad_offsets_are_input_errors(which, cu, received):
     q, k, v, cu_q, cu_k = packed([5, 5], [5, 5], 2, 2, 8, np.float32)
@@ -321,3 +321,102 @@ def test_lse_merges_split_keys_as_one_call():
     w1, w2 = np.exp(l1 - m).T[:, :, None], np.exp(l2 - m).T[:, :, None]
     # lse is float32 (flash-attn's), so the weights carry its rounding
     assert np.allclose((o1 * w1 + o2 * w2) / (w1 + w2), full, rtol=0, atol=1e-6)
+
+
+# ---- a paged pool (block_table), seqused_k, max_seqlen_q / max_seqlen_k -------------------------
+
+def paged_pool(k, v, cu_k, block_size, spare=3, seed=0):
+    """k, v [Tk, Hkv, D] scattered into a pool [NB, block_size, Hkv, D] in a shuffled block order,
+    with `spare` blocks no sequence uses (NaN: reading one would show), and its block_table [B, MBS]."""
+    rng = np.random.default_rng(seed)
+    lens = np.diff(cu_k).astype(int)
+    per = [-(-n // block_size) for n in lens]
+    mbs = max(per + [1])
+    nb = sum(per) + spare
+    order = rng.permutation(nb)
+    kp = np.full((nb, block_size) + k.shape[1:], np.nan, k.dtype)
+    vp = np.full_like(kp, np.nan)
+    table = np.zeros((len(lens), mbs), np.uint32)
+    used = 0
+    for b, n in enumerate(lens):
+        for slot in range(per[b]):
+            blk = order[used]
+            used += 1
+            table[b, slot] = blk
+            rows = slice(cu_k[b] + slot * block_size, cu_k[b] + min((slot + 1) * block_size, n))
+            m = rows.stop - rows.start
+            kp[blk, :m], vp[blk, :m] = k[rows], v[rows]
+    return kp, vp, table
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("block_size", [1, 16, 256])
+def test_a_paged_pool_gives_the_packed_bits(dtype, block_size):
+    """flash-attn's block_table: sequence b's key j at row j % BS of block block_table[b, j // BS];
+    the same keys as the packed call, so the same bits, and right against float64."""
+    lens = ([3, 64, 17, 1, 0], [100, 64, 300, 40, 7])
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=block_size)
+    kp, vp, table = paged_pool(k, v, cu_k, block_size, seed=block_size)
+    for params in ({"causal": True}, {"window_size_left": 20, "softcap": 4.0}):
+        out = fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, **params)
+        assert bits(out) == bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, **params))
+        expected = reference(q, k, v, cu_q, cu_k, None, params.get("causal", False), params.get("window_size_left"),
+                             None, params.get("softcap"))
+        assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], 64, 300, compute="f32")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_seqused_k_uses_each_sequences_first_keys(dtype):
+    """seqused_k[b] <= lk: only the first seqused_k[b] keys of sequence b take part (packed and
+    paged alike), as if the sequence had only those."""
+    lens = ([3, 64, 17, 1], [100, 64, 300, 40])
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=21)
+    used = np.array([50, 64, 0, 39], np.uint32)
+    keep = np.concatenate([np.arange(cu_k[b], cu_k[b] + used[b]) for b in range(4)]).astype(int)
+    cu_used = np.concatenate([[0], np.cumsum(used)]).astype(np.uint32)
+    k2, v2 = k[keep], v[keep]
+    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, seqused_k=used, causal=True)
+    assert bits(out) == bits(fuel_cy.attention_varlen(q, k2, v2, cu_q, cu_used, causal=True))
+    assert rel(out, reference(q, k2, v2, cu_q, cu_used, causal=True)) <= bound(CODES[np.dtype(dtype)], 64, 64, compute="f32")
+    kp, vp, table = paged_pool(k, v, cu_k, 16)
+    assert bits(fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, seqused_k=used, causal=True)) == bits(out)
+
+
+def test_a_half_pool_is_read_only_where_the_call_reads_it():
+    """A bf16 pool far larger than the live blocks: no widened copy of it (the call allocates far
+    less than the pool), the spare blocks (NaN) never read."""
+    from measures import peak_bytes_in_fresh_thread
+
+    q, k, v, cu_q, cu_k = packed([1, 1, 1], [300, 77, 1000], 8, 2, 128, ml_dtypes.bfloat16, seed=5)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, spare=2000)
+    out, peak = peak_bytes_in_fresh_thread(lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table))
+    assert np.isfinite(np.asarray(out, np.float32)).all()
+    assert peak < kp.nbytes // 3, (peak, kp.nbytes)   # a widened pool alone would be 2 * kp.nbytes
+    assert bits(out) == bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k))
+
+
+def test_max_seqlens_are_checked_bounds():
+    q, k, v, cu_q, cu_k = packed([3, 9], [10, 4], 2, 2, 8, np.float32)
+    plain = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k)
+    assert bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=9, max_seqlen_k=10)) == bits(plain)
+    msg = input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k, max_seqlen_q=8)
+    assert msg and "max_seqlen_q" in msg and "sequence 1 has 9" in msg
+    msg = input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k, max_seqlen_k=9)
+    assert msg and "max_seqlen_k" in msg and "sequence 0 has 10" in msg
+
+
+def test_bad_pools_are_input_errors():
+    q, k, v, cu_q, cu_k = packed([3, 9], [10, 40], 2, 2, 8, np.float32)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, spare=0)
+    bad = table.copy()
+    bad[1, 2] = kp.shape[0]
+    msg = input_error_of(fuel_cy.attention_varlen, q, kp, vp, cu_q, cu_k, block_table=bad)
+    assert msg and "'block_table'" in msg and f"block_table[1, 2] = {kp.shape[0]}" in msg
+    msg = input_error_of(fuel_cy.attention_varlen, q, kp, vp, cu_q, cu_k, block_table=table[:, :2].copy())
+    assert msg and "'block_table'" in msg and "sequence 1 has 40 keys" in msg
+    msg = input_error_of(fuel_cy.attention_varlen, q, kp, vp, cu_q, cu_k, block_table=table[:1].copy())
+    assert msg and "'block_table'" in msg and "shape_constraint" in msg
+    msg = input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k, seqused_k=np.array([11, 3], np.uint32))
+    assert msg and "'seqused_k'" in msg and "seqused_k[0] = 11" in msg
+    msg = input_error_of(fuel_cy.attention_varlen, q, kp, vp, cu_q, cu_k)   # a pool without its table
+    assert msg and "'cu_seqlens_k'" in msg and "the rows of k" in msg

@@ -518,52 +518,82 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     fc_interrupt_raise(&it)
 
 
-cdef void _gather_heads(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D,
-                        real_t* out, int nthreads) noexcept nogil:
-    """Rows row0 .. row0 + n of a packed [T, H, D] array as [H, n, D], read front to back (H
-    write streams), on every thread."""
-    cdef Py_ssize_t h, i
+cdef void _gather_rows(const real_t* x, const unsigned short* x16, int is_f16, const unsigned int* table,
+                       Py_ssize_t bs, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D, real_t* out,
+                       int nthreads) noexcept nogil:
+    """A sequence's n key rows as [H, n, D]: rows row0 .. row0 + n of a packed [rows, H, D] array,
+    or (table, bs > 0) key i at row i % bs of block table[i // bs] of a [NB, bs, H, D] pool; read
+    front to back (H write streams), on every thread.  x16 (x NULL): 16-bit storage, widened
+    exactly on the way (float work type only)."""
+    cdef Py_ssize_t h, i, r
     for i in prange(n, schedule='static', num_threads=nthreads):
+        r = <Py_ssize_t>table[i // bs] * bs + i % bs if table != NULL else row0 + i
         for h in range(H):
-            memcpy(out + (h * n + i) * D, x + ((row0 + i) * H + h) * D, D * sizeof(real_t))
+            if x16 != NULL:
+                if real_t is float:
+                    fc_widen_half(x16 + (r * H + h) * D, out + (h * n + i) * D, D, is_f16)
+            else:
+                memcpy(out + (h * n + i) * D, x + (r * H + h) * D, D * sizeof(real_t))
 
 
-cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned int* cu_q,
-                    const unsigned int* cu_k, const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse,
-                    tuple dims, dict params, int nthreads, bint bf16_pairs):
+cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
+                    const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
+                    const unsigned int* table, Py_ssize_t mbs, const unsigned int* used, const real_t* slopes,
+                    Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params, int nthreads,
+                    bint bf16_pairs):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
-    cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and cu_k[b] .. cu_k[b + 1] of k, v [Tk, Hkv, D],
-    its masks aligned to the bottom-right of its own block (query i at key position i + lk - lq),
-    ALiBi in flash-attn's form (slopes: Hq per sequence, slopes_ld apart (0: one set for all), in
-    the work type, or NULL); lse, when
-    not NULL, [Hq, Tq] float32 set to +inf, gets each row's log-sum-exp.  Each sequence runs the flash forward on its rows where they lie: as [1, H, l, D] operands
-    whose heads are D elements apart and rows H * D (the validators checked cu_q and cu_k: from
-    0, non-decreasing, to Tq and Tk)."""
-    cdef Py_ssize_t Tq, Tk, B1, Hq, Hkv, D
-    Tq, Tk, B1, Hq, Hkv, D = dims
+    cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and its keys rows cu_k[b] .. cu_k[b + 1] of k, v
+    [NB * BS, Hkv, D], or (table, mbs per sequence) key j at row j % BS of block table[b, j // BS]
+    of the [NB, BS, Hkv, D] pool; with used, only its first used[b] keys.  Its masks aligned to
+    the bottom-right of its own block (query i at key position i + lk - lq), ALiBi in flash-attn's
+    form (slopes: Hq per sequence, slopes_ld apart (0: one set for all), in the work type, or
+    NULL); lse, when not NULL, [Hq, Tq] float32 set to +inf, gets each row's log-sum-exp.  k16,
+    v16 (k, v NULL): bf16/f16 storage (is_f16).  Each sequence runs the flash forward on its q
+    and out rows where they lie, as [1, H, l, D] operands whose heads are D elements apart and rows
+    H * D; float packed k rows too, v (and paged or 16-bit k) rows gathered (the validators checked
+    the offsets, lengths and block ids: every row read lies in the arrays)."""
+    cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
+    Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t b, q0, k0, lq, lk
     if Tq * Hq * D == 0:
         return
-    # q and out: heads D apart, rows Hq * D; k: rows Hkv * D (one batch item: its stride unused);
-    # v gathered per sequence into [Hkv, lk, D]: P V streams V's rows, and rows Hkv * D apart
-    # fold onto a fraction of L1's sets (measured 3% slower at Hkv * D = 128 floats)
+    # q and out: heads D apart, rows Hq * D; packed k in place: rows Hkv * D (one batch item: its
+    # stride unused); v gathered per sequence into [Hkv, lk, D]: P V streams V's rows, and rows
+    # Hkv * D apart fold onto a fraction of L1's sets (measured 3% slower at Hkv * D = 128 floats)
     cdef Py_ssize_t strides[12]
     cdef int nt
+    cdef bint k_in_place = table == NULL and k16 == NULL
+    cdef const unsigned int* trow
+    cdef real_t* kg
     dt = _np.float32 if real_t is float else _np.float64
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
+        if used != NULL:
+            lk = used[b]
         if lq == 0:
             continue
         if lk == 0:   # no key: the sequence's rows are zero (fully masked)
             memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
+        trow = table + b * mbs if table != NULL else NULL
         vb = _temp("varlen:v", (Hkv * lk * D,), dt)
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
         with nogil:
-            _gather_heads(v, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
-        strides[:] = [0, D, Hq * D, 0, D, Hkv * D, 0, lk * D, D, 0, D, Hq * D]
-        _forward(tag, q + q0 * Hq * D, k + k0 * Hkv * D, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb),
+            _gather_rows(v, v16, is_f16, trow, BS, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
+        if k_in_place:
+            kg = <real_t*>(k + k0 * Hkv * D)
+            strides[3:6] = [0, D, Hkv * D]
+        else:
+            kb = _temp("varlen:k", (Hkv * lk * D,), dt)
+            kg = <real_t*>cnp.PyArray_DATA(<cnp.ndarray>kb)
+            with nogil:
+                _gather_rows(k, k16, is_f16, trow, BS, k0, lk, Hkv, D, kg, nt)
+            strides[3:6] = [0, lk * D, D]
+        strides[0:3] = [0, D, Hq * D]
+        strides[6:9] = [0, lk * D, D]
+        strides[9:12] = [0, D, Hq * D]
+        _forward(tag, q + q0 * Hq * D, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb),
                  slopes + b * slopes_ld if slopes != NULL else NULL,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)

@@ -107,22 +107,30 @@ cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, c
 
 cdef object drive_attention_varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
                                    const unsigned int* cu_seqlens_q, const unsigned int* cu_seqlens_k,
-                                   const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse,
+                                   const real_t* slopes, Py_ssize_t slopes_ld, const unsigned int* block_table,
+                                   Py_ssize_t max_blocks, const unsigned int* seqused_k, real_t* out, float* lse,
                                    tuple dims, dict params, int nthreads):
-    """dims (Tq, Tk, B1, Hq, Hkv, D): q [Tq, Hq, D], k/v [Tk, Hkv, D], B1 = B + 1 offsets each;
+    """dims (Tq, NB, BS, B1, Hq, Hkv, D): q [Tq, Hq, D], k/v [NB, BS, Hkv, D] (packed: NB * BS
+    rows, or with block_table [B, max_blocks] a pool of NB blocks), B1 = B + 1 offsets each;
     slopes: the float32 ALiBi slopes in the work type (exactly), Hq per sequence, slopes_ld apart
-    (0: the same Hq for every sequence), or NULL; lse: [Hq, Tq]
-    float32 filled with +inf, written with each row's log-sum-exp, or NULL."""
-    _varlen(tag, q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, slopes_ld, out, lse, dims, params, nthreads, False)
+    (0: the same Hq for every sequence), or NULL; seqused_k: each sequence's used keys, or NULL;
+    lse: [Hq, Tq] float32 filled with +inf, written with each row's log-sum-exp, or NULL."""
+    _varlen(tag, q, k, v, NULL, NULL, 0, cu_seqlens_q, cu_seqlens_k, block_table, max_blocks, seqused_k, slopes,
+            slopes_ld, out, lse, dims, params, nthreads, False)
 
 
-cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const float* k, const float* v,
-                                        const unsigned int* cu_seqlens_q, const unsigned int* cu_seqlens_k,
-                                        const float* slopes, Py_ssize_t slopes_ld, float* out, float* lse,
-                                        tuple dims, dict params, int nthreads, int is_f16):
-    """drive_attention_varlen on bf16/f16 inputs (widened exactly) under float32 compute, the bf16
-    scores by vdpbf16ps or AMX tiles where the CPU has them (as drive_attention_flash_half)."""
-    _varlen(tag, q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, slopes_ld, out, lse, dims, params, nthreads,
+cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const unsigned short* k,
+                                        const unsigned short* v, const unsigned int* cu_seqlens_q,
+                                        const unsigned int* cu_seqlens_k, const float* slopes, Py_ssize_t slopes_ld,
+                                        const unsigned int* block_table, Py_ssize_t max_blocks,
+                                        const unsigned int* seqused_k, float* out, float* lse, tuple dims,
+                                        dict params, int nthreads, int is_f16):
+    """drive_attention_varlen on bf16/f16 inputs under float32 compute: q widened exactly, k and v
+    in their 16-bit storage, each sequence's keys gathered and widened exactly as it runs (only the
+    keys a call uses are read: a paged pool costs only its live blocks), the bf16 scores by
+    vdpbf16ps or AMX tiles where the CPU has them (as drive_attention_flash_half)."""
+    _varlen(tag, q, <const float*>NULL, <const float*>NULL, k, v, is_f16, cu_seqlens_q, cu_seqlens_k, block_table,
+            max_blocks, seqused_k, slopes, slopes_ld, out, lse, dims, params, nthreads,
             bool(FC_HAVE_DPBF16) and not is_f16)
 
 

@@ -195,30 +195,32 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                             nthreads, mdims, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
-        q, k, v, cu_q, cu_k, s = ins
+        q, k, v, cu_q, cu_k, s, table, used = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
-        k_a = _win(k, npwork, code, narrow, nthreads, "k")
-        v_a = _win(v, npwork, code, narrow, nthreads, "v")
         s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
         # [SB, Hq] slopes (the contract reads [Hq] as [1, Hq]): per sequence, or one set for all
         s_ld = _dim(s_a, 1) if s_a is not None and _dim(s_a, 0) > 1 else 0
+        mbs = _dim(table, 1) if table is not None else 0
         out = _out("out:out", q, npwork, narrow, tn)
         # the log-sum-exp [Hq, Tq] when asked (the contract's `when: return_lse`); +inf stays
         # where a row has nothing admissible
         lse = _np.full((_dim(q, 1), _dim(q, 0)), _np.inf, _np.float32) if params.get("return_lse") else None
         if driver == _DRV_VARLEN:
-            drive_attention_varlen(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
-                                   <const real_t*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
+            drive_attention_varlen(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k, tn),
+                                   <const real_t*>_ptr(v, tn), <const unsigned int*>_ptr(cu_q, u32),
                                    <const unsigned int*>_ptr(cu_k, u32), <const real_t*>_ptr(s_a, tn), s_ld,
+                                   <const unsigned int*>_ptr(table, u32), mbs, <const unsigned int*>_ptr(used, u32),
                                    <real_t*>_ptr(out, tn), <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params,
                                    nthreads)
         else:
-            if rnd_t is RoundNone and real_t is float:
-                drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
-                                            <const float*>_ptr(v_a, tn), <const unsigned int*>_ptr(cu_q, u32),
+            if rnd_t is RoundNone and real_t is float:   # k and v in their 16-bit storage (cores.py half_storage)
+                h = _half_typenum(code)
+                drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const unsigned short*>_ptr(k, h),
+                                            <const unsigned short*>_ptr(v, h), <const unsigned int*>_ptr(cu_q, u32),
                                             <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn), s_ld,
-                                            <float*>_ptr(out, tn), <float*>_ptr(lse, cnp.NPY_FLOAT32), dims,
-                                            params, nthreads, is_f16)
+                                            <const unsigned int*>_ptr(table, u32), mbs,
+                                            <const unsigned int*>_ptr(used, u32), <float*>_ptr(out, tn),
+                                            <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params, nthreads, is_f16)
         result = _from_work(out, code, nthreads) if narrow else out
         return (result, lse) if lse is not None else result
     q, k, v, do, s = ins

@@ -175,13 +175,13 @@ cdef bint _fc_paged_ok(dict arrays):
     return True
 
 
-cdef bint _fc_offsets_ok(object cu, object rows_of) noexcept:
-    """cu is B + 1 >= 1 offsets from 0, non-decreasing, ending at rows_of.shape[0]."""
-    if not (_fc_u32_c(cu, 1) and cnp.PyArray_Check(rows_of) and cnp.PyArray_NDIM(<cnp.ndarray>rows_of) >= 1):
+cdef bint _fc_offsets_ok(object cu, Py_ssize_t rows) noexcept:
+    """cu is B + 1 >= 1 offsets from 0, non-decreasing, ending at `rows`."""
+    if not _fc_u32_c(cu, 1):
         return False
     cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>cu, 0), b
     cdef const unsigned int* c = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu)
-    if n == 0 or c[0] != 0 or <Py_ssize_t>c[n - 1] != cnp.PyArray_DIM(<cnp.ndarray>rows_of, 0):
+    if n == 0 or c[0] != 0 or <Py_ssize_t>c[n - 1] != rows:
         return False
     for b in range(1, n):
         if c[b] < c[b - 1]:
@@ -189,10 +189,19 @@ cdef bint _fc_offsets_ok(object cu, object rows_of) noexcept:
     return True
 
 
-cdef bint _fc_cu_seqlens_ok(dict arrays) noexcept:
-    """The typed copy of _prose_checks._cu_seqlens."""
-    return (_fc_offsets_ok(arrays["cu_seqlens_q"], arrays["q"])
-            and _fc_offsets_ok(arrays["cu_seqlens_k"], arrays["k"]))
+cdef bint _fc_cu_seqlens_ok(dict arrays, dict params) noexcept:
+    """The typed copy of _prose_checks._cu_seqlens for packed keys (no block_table, seqused_k or
+    max_seqlen bound: those take the Python rule)."""
+    q, k = arrays["q"], arrays["k"]
+    if (arrays.get("block_table") is not None or arrays.get("seqused_k") is not None
+            or params.get("max_seqlen_q") is not None or params.get("max_seqlen_k") is not None):
+        return False
+    if not (cnp.PyArray_Check(q) and cnp.PyArray_NDIM(<cnp.ndarray>q) >= 1
+            and cnp.PyArray_Check(k) and cnp.PyArray_NDIM(<cnp.ndarray>k) >= 2):
+        return False
+    return (_fc_offsets_ok(arrays["cu_seqlens_q"], cnp.PyArray_DIM(<cnp.ndarray>q, 0))
+            and _fc_offsets_ok(arrays["cu_seqlens_k"],
+                               cnp.PyArray_DIM(<cnp.ndarray>k, 0) * cnp.PyArray_DIM(<cnp.ndarray>k, 1)))
 
 
 # Each Python rule with a typed copy, by identity; a driver is typed when every rule RULES lists
@@ -222,7 +231,7 @@ cdef bint _fc_prose_ok(str driver, dict arrays, dict params):
             if not _fc_k_len_ok(arrays, params):
                 return False
         elif rule == _FC_RULE_CU_SEQLENS:
-            if not _fc_cu_seqlens_ok(arrays):
+            if not _fc_cu_seqlens_ok(arrays, params):
                 return False
         elif not _fc_paged_ok(arrays):
             return False

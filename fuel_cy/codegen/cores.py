@@ -55,10 +55,11 @@ BACKWARD = Driver("attention_flash_backward", FORWARD_DIMS,
                    _SLOPES),
                   ("dq", "dk", "dv"), ("softmax_scale",))
 
-VARLEN = Driver("attention_varlen", ("Tq", "Tk", "B1", "Hq", "Hkv", "D"),
+VARLEN = Driver("attention_varlen", ("Tq", "NB", "BS", "B1", "Hq", "Hkv", "D"),
                 (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
                  DriverInput("cu_seqlens_q", "U32"), DriverInput("cu_seqlens_k", "U32"),
-                 DriverInput("alibi_slopes", "F32", optional=True)),
+                 DriverInput("alibi_slopes", "F32", optional=True), DriverInput("block_table", "U32", optional=True),
+                 DriverInput("seqused_k", "U32", optional=True)),
                 ("out", "lse"), ("softmax_scale",), mask_alignment="bottom_right")
 
 MASKED = Driver("attention_masked", FORWARD_DIMS,
@@ -98,7 +99,9 @@ BINDINGS: Mapping[str, CoreBinding] = {
     "attention_flash_backward_mixed": CoreBinding(BACKWARD, half_driver="attention_flash_backward_half"),
     # the model-facing kernels (contracts/fuel-cy-model.md): f32/f64 in their own type, bf16/f16
     # under the float32 policy with the bf16 scores of attention_flash_half
-    "attention_varlen": CoreBinding(VARLEN, half_driver="attention_varlen_half"),
+    # bf16/f16 k and v in their storage: each sequence's keys are gathered and widened as it runs,
+    # so a paged pool costs only the blocks a call reads
+    "attention_varlen": CoreBinding(VARLEN, half_driver="attention_varlen_half", half_storage=("k", "v")),
     "attention_masked": CoreBinding(MASKED, half_driver="attention_masked_half"),
 }
 """Kernel name -> its binding.  A kernel not listed gets a stub that raises NotImplementedError."""

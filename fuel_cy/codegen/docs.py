@@ -137,11 +137,14 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
     lines = [">>> import numpy as np, fuel_cy" + ("" if T.numpy_module == "numpy" else f", {T.numpy_module}"),
              ">>> rng = np.random.default_rng(0)"]
     args = []
-    rows_of = {s.name: dims.get(s.dims[0], 4) for s in kernel.inputs if s.is_float and s.dims}
+    def shown(spec) -> tuple[int, ...]:   # (the lowest rank's form: no leading dims of 1)
+        return tuple(dims.get(d, 4) for d in spec.dims[spec.rank - spec.lowest_rank:])
+
+    rows_of = {s.name: shown(s)[0] for s in kernel.inputs if s.is_float and s.dims}
     for spec in kernel.inputs:
         if spec.optional:
             continue
-        shape = tuple(dims.get(d, 4) for d in spec.dims)
+        shape = shown(spec)
         if spec.is_float:
             lines.append(f">>> {spec.name} = rng.standard_normal({shape}, dtype=np.float32){cast}")
         elif roles.get(spec.name) == "table":
@@ -336,6 +339,10 @@ def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict]) -> KernelP
     paged = any(s.fdx and s.fdx.gather for s in kernel.inputs)
     if paged:
         dims.update(PAGED_EXAMPLE)
+    # an input that may leave out leading dims is shown without them (its simplest form: packed
+    # k, [Hq] slopes), so those dims are 1 in the example and its costs
+    dims.update({d: 1 for s in kernel.inputs if s.lowest_rank < s.rank for d in s.dims[:s.rank - s.lowest_rank]
+                 if d not in EXAMPLE_DIMS})
     shapes = {s.name: tuple(dims.get(d, 4) for d in s.dims) for s in kernel.inputs}
     symbols: dict[str, Any] = {sym: shapes[inp][axis] for sym, (inp, axis) in kernel.symbols.items()}
     first = next(s for s in kernel.inputs if s.is_float)

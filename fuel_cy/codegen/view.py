@@ -466,6 +466,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
                                      else expr.node_str(t) for t in spec.shape_constraint.targets)
                     for spec in kernel.inputs if isinstance(spec.shape_constraint, expr.Broadcasts)},
         requested_outputs={o.name: o.when for o in kernel.returns.items if o.when},
+        full_ranks={spec.name: spec.rank for spec in kernel.inputs if spec.lowest_rank < spec.rank},
     )
     py = python_view(kernel, params, api)
     return KernelView(

@@ -3,7 +3,7 @@
 - softcap: the score becomes tanh(s / c) * c, so c must be > 0.
 - k_len: "None => full Sk; a live prefix" -- so 0 <= k_len <= Sk.
 - varlen: cu_seqlens_q / cu_seqlens_k are B + 1 offsets from 0, non-decreasing, ending at the
-  packed row counts of q and k.
+  packed row counts of q and k (k's paged, with block_table: a table row holds each sequence).
 - paged: "physical block index bounds-checked against num_blocks" for every block a sequence
   reads, and context_lens[b] may not exceed the table's capacity (max_blocks_per_seq * block_size).
   These run with the GIL, before any compute, so the nogil core never reads out of bounds.
@@ -53,25 +53,67 @@ def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
                          f"block_table[{b}, {slot}] = {int(table[b, slot])} but num_blocks = {num_blocks}", where)
 
 
+def _offsets(kernel: str, name: str, cu_in: Any, total: Optional[int], rows: str, where: str) -> np.ndarray:
+    """B + 1 offsets from 0, non-decreasing, ending at `total` rows (`rows` says whose) unless None."""
+    cu = np.asarray(cu_in).astype(np.int64)
+    end = f", {name}[B] = {rows}" if total is not None else ""
+    clause = f"prose: {name} holds B + 1 offsets: {name}[0] = 0, non-decreasing{end}"
+    if cu.size == 0:
+        raise InputError(kernel, f"input {name!r}", clause, "an empty array (B + 1 >= 1 offsets)", where)
+    if cu[0] != 0:
+        raise InputError(kernel, f"input {name!r}", clause, f"{name}[0] = {int(cu[0])}", where)
+    down = np.nonzero(np.diff(cu) < 0)[0]
+    if down.size:
+        b = int(down[0])
+        raise InputError(kernel, f"input {name!r}", clause,
+                         f"{name}[{b + 1}] = {int(cu[b + 1])} < {name}[{b}] = {int(cu[b])}", where)
+    if total is not None and cu[-1] != total:
+        raise InputError(kernel, f"input {name!r}", clause, f"{name}[{cu.size - 1}] = {int(cu[-1])} but {rows} = {total}",
+                         where)
+    return cu
+
+
 def _cu_seqlens(kernel: str, arrays: dict, params: dict, where: str) -> None:
-    """varlen: each cu_seqlens is B + 1 offsets into its packed rows, from 0, non-decreasing, to the
-    row count (flash-attn's layout), so that every sequence's rows lie inside the arrays."""
-    for name, rows_of in (("cu_seqlens_q", "q"), ("cu_seqlens_k", "k")):
-        cu = np.asarray(arrays[name]).astype(np.int64)
-        total = arrays[rows_of].shape[0]
-        clause = f"prose: {name} holds B + 1 offsets: {name}[0] = 0, non-decreasing, {name}[B] = {rows_of}.shape[0]"
-        if cu.size == 0:
-            raise InputError(kernel, f"input {name!r}", clause, "an empty array (B + 1 >= 1 offsets)", where)
-        if cu[0] != 0:
-            raise InputError(kernel, f"input {name!r}", clause, f"{name}[0] = {int(cu[0])}", where)
-        down = np.nonzero(np.diff(cu) < 0)[0]
-        if down.size:
-            b = int(down[0])
-            raise InputError(kernel, f"input {name!r}", clause,
-                             f"{name}[{b + 1}] = {int(cu[b + 1])} < {name}[{b}] = {int(cu[b])}", where)
-        if cu[-1] != total:
-            raise InputError(kernel, f"input {name!r}", clause,
-                             f"{name}[{cu.size - 1}] = {int(cu[-1])} but {rows_of}.shape[0] = {total}", where)
+    """varlen: cu_seqlens_q is B + 1 offsets into q's rows, from 0, non-decreasing, to the row
+    count (flash-attn's layout); cu_seqlens_k the same into k's rows (the rows of its [NB, BS]
+    leading dims), or with block_table each sequence's key count, which its table row must hold
+    (every block it reads below NB); seqused_k[b] at most that count; max_seqlen_q/_k, when
+    given, at least every lq/lk.  So every row a sequence reads lies inside the arrays."""
+    q, k, table, used = arrays["q"], arrays["k"], arrays.get("block_table"), arrays.get("seqused_k")
+    cu_q = _offsets(kernel, "cu_seqlens_q", arrays["cu_seqlens_q"], q.shape[0], "q.shape[0]", where)
+    nb, bs = k.shape[0], k.shape[1]
+    cu_k = _offsets(kernel, "cu_seqlens_k", arrays["cu_seqlens_k"], None if table is not None else nb * bs,
+                    "the rows of k", where)
+    lk = np.diff(cu_k)
+    if used is not None:
+        used = np.asarray(used).astype(np.int64)
+        over = np.nonzero(used > lk)[0]
+        if over.size:
+            b = int(over[0])
+            raise InputError(kernel, "input 'seqused_k'", "prose: seqused_k[b] <= cu_seqlens_k[b+1] - cu_seqlens_k[b]",
+                             f"seqused_k[{b}] = {int(used[b])} but sequence {b} has {int(lk[b])} keys", where)
+        lk = used
+    if table is not None:
+        capacity = table.shape[1] * bs
+        over = np.nonzero(lk > capacity)[0]
+        if over.size:
+            b = int(over[0])
+            raise InputError(kernel, "input 'block_table'", "prose: each sequence's keys fit its table row (MBS * BS)",
+                             f"sequence {b} has {int(lk[b])} keys but block_table.shape[1] * BS = "
+                             f"{table.shape[1]} * {bs} = {capacity}", where)
+        if bs:
+            live = np.arange(table.shape[1])[None, :] < (-(-lk // bs))[:, None]
+            bad = np.argwhere(live & (np.asarray(table).astype(np.int64) >= nb))
+            if bad.size:
+                b, slot = (int(x) for x in bad[0])
+                raise InputError(kernel, "input 'block_table'", "prose: every block a sequence reads is below NB",
+                                 f"block_table[{b}, {slot}] = {int(table[b, slot])} but k has NB = {nb} blocks", where)
+    for param, lengths in (("max_seqlen_q", np.diff(cu_q)), ("max_seqlen_k", lk)):
+        bound = params.get(param)
+        if bound is not None and lengths.size and bound < int(lengths.max()):
+            b = int(np.argmax(lengths))
+            raise InputError(kernel, f"param {param!r}", f"op_params.fields.{param} (prose: at least every length)",
+                             f"received {bound} but sequence {b} has {int(lengths[b])}", where)
 
 
 # keyed by the core driver a kernel binds to (codegen/cores.py): a kernel served by a driver

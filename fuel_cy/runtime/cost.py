@@ -126,6 +126,9 @@ def cost(kernel: str, *inputs_or_shapes: Union[np.ndarray, Sequence[int], None],
             except (TypeError, ValueError):
                 raise InputError("cost", f"input {name!r}", "shape", f"expected an array or a shape tuple, received {value!r}") from None
     _require_inputs(entry, shapes)
+    for name, rank in entry.full_ranks.items():   # leading dims left out are 1, as the kernel reads them
+        if name in shapes and len(shapes[name]) < rank:
+            shapes[name] = (1,) * (rank - len(shapes[name])) + shapes[name]
     code = _dtype_name(dtype if dtype is not None else "F32")
     try:
         raw = getattr(_kernels, f"_cost_{kernel}")(shapes, DTYPES[code].bytes, params)

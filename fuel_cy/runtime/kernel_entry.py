@@ -53,10 +53,13 @@ class KernelEntry:
     broadcasts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # output name -> the bool param that asks for it (the contract's `when`); the others always come
     requested_outputs: Mapping[str, str] = field(default_factory=dict)
+    # input name -> its rank, for an input that may leave out leading dims (the contract's
+    # `min_rank`: read with them as 1), e.g. k -> 4 for attention_varlen's packed or paged k
+    full_ranks: Mapping[str, int] = field(default_factory=dict)
     fn: Callable[..., Any] = field(default=_unlinked, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("dims", "precision", "cost_formulas", "broadcasts", "requested_outputs"):  # read-only
+        for name in ("dims", "precision", "cost_formulas", "broadcasts", "requested_outputs", "full_ranks"):  # read-only
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
