@@ -41,6 +41,10 @@ cdef struct AttnOpts:
     const unsigned short* k16
     const unsigned short* v16
     int is_f16        # with k16: 1 for f16 storage, 0 for bf16
+    # a decode step over a paged pool: key j is row ktable[j // kbs] * kbs + j % kbs of K and V
+    # (the row index the layouts step by); NULL: row j
+    const unsigned int* ktable
+    Py_ssize_t kbs
     int alibi_abs     # ALiBi in flash-attn's form, -slope * |p - j| at the key position p = i + shift,
                       # instead of the seed's +slope * (j - i)
     # attention_masked: a boolean mask (unsigned char, nonzero: the pair takes part) and an
@@ -50,6 +54,13 @@ cdef struct AttnOpts:
     Py_ssize_t m_sb, m_sh, m_si
     const void* bias
     Py_ssize_t a_sb, a_sh, a_si
+
+
+cdef inline Py_ssize_t key_row(AttnOpts* o, Py_ssize_t j) noexcept nogil:
+    """The row of K and V that holds key j (AttnOpts.ktable)."""
+    if o.ktable == NULL:
+        return j
+    return <Py_ssize_t>o.ktable[j // o.kbs] * o.kbs + j % o.kbs
 
 
 cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:

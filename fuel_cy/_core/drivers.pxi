@@ -257,6 +257,8 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.k_rows = 0
     o.k16 = o.v16 = NULL
     o.is_f16 = 0
+    o.ktable = NULL
+    o.kbs = 0
     o.lse = NULL
     o.lse_ld = 0
     o.mask = NULL
@@ -337,7 +339,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                      bint bf16_pairs=False, Py_ssize_t shift=0, const unsigned char* mask=NULL,
                      const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False, const Py_ssize_t* strides=NULL,
                      float* lse=NULL, Py_ssize_t lse_ld=0, const unsigned short* k16=NULL,
-                     const unsigned short* v16=NULL, int is_f16=0):
+                     const unsigned short* v16=NULL, int is_f16=0, const unsigned int* ktable=NULL,
+                     Py_ssize_t kbs=0):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
     fc_amx.h).  shift: the masks' alignment (_opts).  mask, bias: attention_masked's [MB, MH, MQ,
     Sk] boolean mask and additive bias (flash only), mask_dims (MB, MH, MQ, AB, AH, AQ) their
@@ -345,11 +348,15 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     all (flash only; the rows' D elements adjacent); None: C-contiguous.  lse: where the flash
     forward writes each row's log-sum-exp (AttnOpts.lse, lse_ld), or NULL.  k16, v16: a decode
     step (Sq == 1) under float32 compute reads K and V in their bf16/f16 storage (is_f16) where
-    they lie, laid out as `strides` says (k and v are then NULL; AttnOpts.k16)."""
+    they lie, laid out as `strides` says (k and v are then NULL; AttnOpts.k16).  ktable, kbs: a
+    decode step's keys through a paged pool's table row (AttnOpts.ktable; the rows `strides` steps
+    by are the pool's)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if k16 != NULL and (naive or bf16_pairs or sh.Sq != 1 or real_t is not float or rnd_t is not RoundNone):
         raise ValueError("fuel_cy core: 16-bit K and V are read in place by the float32-compute decode only")
+    if ktable != NULL and (naive or bf16_pairs or sh.Sq != 1 or rnd_t is not RoundNone or kbs <= 0):
+        raise ValueError("fuel_cy core: a paged pool is read by the float32/float64-policy decode only")
     if naive and strides != NULL:
         raise ValueError("fuel_cy core: the naive forward reads C-contiguous operands only")
     _layouts(&sh, strides)
@@ -365,6 +372,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     o.k16 = k16
     o.v16 = v16
     o.is_f16 = is_f16
+    o.ktable = ktable
+    o.kbs = kbs
     if lse != NULL:
         if naive:
             raise ValueError("fuel_cy core: the naive forward has no log-sum-exp output")
@@ -577,6 +586,21 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
         trow = table + b * mbs if table != NULL else NULL
+        if lq == 1 and k16 == NULL and trow != NULL:
+            # a decode step over a paged pool: K and V rows read through the table where they lie
+            strides[:] = [0, D, Hq * D, 0, D, Hkv * D, 0, D, Hkv * D, 0, D, Hq * D]
+            _forward(tag, q + q0 * Hq * D, k, v, slopes + b * slopes_ld if slopes != NULL else NULL,
+                     out + q0 * Hq * D, (1, Hq, Hkv, 1, lk, D), params, nthreads, False, False, lk - 1, NULL,
+                     <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
+                     NULL, NULL, 0, trow, BS)
+            continue
+        if k16 != NULL and lq == 1:
+            # a decode step of a half-type call: K and V read in their 16-bit storage (packed: where
+            # they lie; paged: gathered as they are stored), widened in registers, no pairs packed
+            _varlen_decode16(tag, q + q0 * Hq * D, k16, v16, is_f16, trow, BS, k0, lk, Hq, Hkv, D,
+                             slopes + b * slopes_ld if slopes != NULL else NULL, out + q0 * Hq * D,
+                             lse + q0 if lse != NULL else NULL, Tq, params, nthreads)
+            continue
         vb = _temp("varlen:v", (Hkv * lk * D,), dt)
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
         with nogil:
@@ -597,3 +621,19 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
                  slopes + b * slopes_ld if slopes != NULL else NULL,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)
+
+
+cdef object _varlen_decode16(rnd_t tag, const real_t* q, const unsigned short* k16, const unsigned short* v16,
+                             int is_f16, const unsigned int* trow, Py_ssize_t bs, Py_ssize_t k0, Py_ssize_t lk,
+                             Py_ssize_t Hq, Py_ssize_t Hkv, Py_ssize_t D, const real_t* slopes, real_t* out,
+                             float* lse, Py_ssize_t lse_ld, dict params, int nthreads):
+    """One sequence of one query (q and out: its Hq rows, D apart) against lk keys of a bf16/f16 k
+    and v, read where they lie in their storage: rows k0 .. k0 + lk of the packed arrays, or
+    (trow) the pool's rows through its table row; the flash forward's 16-bit decode (_forward k16)."""
+    cdef Py_ssize_t strides[12]
+    strides[:] = [0, D, Hq * D, 0, D, Hkv * D, 0, D, Hkv * D, 0, D, Hq * D]
+    # packed: rows k0 ..; paged: the pool's rows through trow
+    cdef Py_ssize_t first = k0 * Hkv * D if trow == NULL else 0
+    _forward(tag, q, <const real_t*>NULL, <const real_t*>NULL, slopes, out, (1, Hq, Hkv, 1, lk, D), params, nthreads,
+             False, False, lk - 1, NULL, <const real_t*>NULL, None, True, strides, lse, lse_ld, k16 + first,
+             v16 + first, is_f16, trow, bs)

@@ -231,12 +231,12 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
         elif krow16 != NULL:
             for jj in range(nc):
-                rows16[jj] = krow16 + (j0 + jj) * sh.lk.ss
+                rows16[jj] = krow16 + key_row(o, j0 + jj) * sh.lk.ss
             if rnd_t is RoundNone and real_t is float:
                 fc_rowdots_heads_h16(Qs, 1, nr4, D, rows16, nc, nc, S, BC, o.is_f16)
         elif krow0 != NULL:
             for jj in range(nc):
-                rows[jj] = krow0 + (j0 + jj) * sh.lk.ss
+                rows[jj] = krow0 + key_row(o, j0 + jj) * sh.lk.ss
             if real_t is float:
                 fc_rowdots_heads_f32(Qs, 1, nr4, D, <float**>rows, nc, nc, S, BC)
             else:
@@ -290,13 +290,15 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             zero(S + r * BC, nc)
         if vrow16 != NULL:
             for jj in range(nc):
-                rows16[jj] = vrow16 + (j0 + jj) * ldv
+                rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
             if rnd_t is RoundNone and real_t is float:
                 fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
             continue
         for jj in range(nc):
-            rows[jj] = vbase + (j0 + jj) * ldv
-        if kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
+            rows[jj] = vbase + key_row(o, j0 + jj) * ldv
+        if o.ktable != NULL:   # a paged pool's rows: by their pointers
+            pv_accum(tag, S, BC, nr4, nc, rows, D, O, D)
+        elif kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
             if rnd_t is RoundNone and real_t is float:
                 fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D,
                             vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D if vpp != NULL else NULL)
