@@ -575,32 +575,20 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     cdef const unsigned int* trow
     cdef real_t* kg
     dt = _np.float32 if real_t is float else _np.float64
+    # the decode steps (sequences of one query) first, all in one task list
+    _varlen_decodes(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
+                    dims, params, nthreads)
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
         if used != NULL:
             lk = used[b]
-        if lq == 0:
+        if lq == 0 or (lq == 1 and lk > 0):   # (a decode step: done above)
             continue
         if lk == 0:   # no key: the sequence's rows are zero (fully masked)
             memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
         trow = table + b * mbs if table != NULL else NULL
-        if lq == 1 and k16 == NULL and trow != NULL:
-            # a decode step over a paged pool: K and V rows read through the table where they lie
-            strides[:] = [0, D, Hq * D, 0, D, Hkv * D, 0, D, Hkv * D, 0, D, Hq * D]
-            _forward(tag, q + q0 * Hq * D, k, v, slopes + b * slopes_ld if slopes != NULL else NULL,
-                     out + q0 * Hq * D, (1, Hq, Hkv, 1, lk, D), params, nthreads, False, False, lk - 1, NULL,
-                     <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
-                     NULL, NULL, 0, trow, BS)
-            continue
-        if k16 != NULL and lq == 1:
-            # a decode step of a half-type call: K and V read in their 16-bit storage (packed: where
-            # they lie; paged: gathered as they are stored), widened in registers, no pairs packed
-            _varlen_decode16(tag, q + q0 * Hq * D, k16, v16, is_f16, trow, BS, k0, lk, Hq, Hkv, D,
-                             slopes + b * slopes_ld if slopes != NULL else NULL, out + q0 * Hq * D,
-                             lse + q0 if lse != NULL else NULL, Tq, params, nthreads)
-            continue
         vb = _temp("varlen:v", (Hkv * lk * D,), dt)
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
         with nogil:
@@ -623,17 +611,91 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)
 
 
-cdef object _varlen_decode16(rnd_t tag, const real_t* q, const unsigned short* k16, const unsigned short* v16,
-                             int is_f16, const unsigned int* trow, Py_ssize_t bs, Py_ssize_t k0, Py_ssize_t lk,
-                             Py_ssize_t Hq, Py_ssize_t Hkv, Py_ssize_t D, const real_t* slopes, real_t* out,
-                             float* lse, Py_ssize_t lse_ld, dict params, int nthreads):
-    """One sequence of one query (q and out: its Hq rows, D apart) against lk keys of a bf16/f16 k
-    and v, read where they lie in their storage: rows k0 .. k0 + lk of the packed arrays, or
-    (trow) the pool's rows through its table row; the flash forward's 16-bit decode (_forward k16)."""
-    cdef Py_ssize_t strides[12]
-    strides[:] = [0, D, Hq * D, 0, D, Hkv * D, 0, D, Hkv * D, 0, D, Hq * D]
-    # packed: rows k0 ..; paged: the pool's rows through trow
-    cdef Py_ssize_t first = k0 * Hkv * D if trow == NULL else 0
-    _forward(tag, q, <const real_t*>NULL, <const real_t*>NULL, slopes, out, (1, Hq, Hkv, 1, lk, D), params, nthreads,
-             False, False, lk - 1, NULL, <const real_t*>NULL, None, True, strides, lse, lse_ld, k16 + first,
-             v16 + first, is_f16, trow, bs)
+cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
+                            const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
+                            const unsigned int* table, Py_ssize_t mbs, const unsigned int* used,
+                            const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims,
+                            dict params, int nthreads):
+    """Every sequence of _varlen with one query and at least one key (a decode step), as one task
+    list (kernels.pxi decodes_core): a team per sequence cost more than a short sequence's math.
+    K and V are read where they lie, packed rows or a paged pool's rows through the sequence's
+    table row, bf16/f16 ones in their 16-bit storage (k16, v16; k and v NULL); each row's
+    arithmetic is the flash forward's decode step (scores as row dots, no packed K^T)."""
+    cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
+    Tq, NB, BS, B1, Hq, Hkv, D = dims
+    cdef Py_ssize_t b, n = 0, lk, k0, q0, s, t, ntasks = 0, macs = 0, j
+    cdef AttnOpts* o
+    for b in range(B1 - 1):
+        lk = (used[b] if used != NULL else <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b])
+        if <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b] == 1 and lk > 0:
+            n += 1
+    if n == 0:
+        return
+    # per decode step: its Shape, AttnOpts and operand pointers, in buffers numpy owns (a failed
+    # allocation is a MemoryError)
+    cdef AttnOpts base = _opts(params, 1, 1, 0)
+    wl_param, wr_param = params.get("window_size_left"), params.get("window_size_right")
+    shapes_buf = _np.empty(n * sizeof(Shape), _np.uint8)
+    opts_buf = _np.empty(n * sizeof(AttnOpts), _np.uint8)
+    ptrs_buf = _np.empty(5 * n * sizeof(real_t*), _np.uint8)
+    cdef Shape* shapes = <Shape*>cnp.PyArray_DATA(<cnp.ndarray>shapes_buf)
+    cdef AttnOpts* opts = <AttnOpts*>cnp.PyArray_DATA(<cnp.ndarray>opts_buf)
+    cdef real_t** qs = <real_t**>cnp.PyArray_DATA(<cnp.ndarray>ptrs_buf)
+    cdef real_t** ks = qs + n
+    cdef real_t** vs = qs + 2 * n
+    cdef real_t** ss = qs + 3 * n
+    cdef real_t** outs = qs + 4 * n
+    cdef Layout lrow, lkv
+    lrow.sb, lrow.sh, lrow.ss, lrow.H = 0, D, Hq * D, Hq      # q and out: one row of Hq heads
+    lkv.sb, lkv.sh, lkv.ss, lkv.H = 0, D, Hkv * D, Hkv        # k and v rows where they lie
+    cdef fc_interrupt it
+    fc_interrupt_init(&it, _on_main_thread())
+    s = 0
+    for b in range(B1 - 1):
+        q0, k0 = cu_q[b], cu_k[b]
+        lk = (used[b] if used != NULL else <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b])
+        if <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>q0 != 1 or lk == 0:
+            continue
+        shapes[s].B, shapes[s].Hq, shapes[s].Hkv, shapes[s].Sq, shapes[s].Sk, shapes[s].D = 1, Hq, Hkv, 1, lk, D
+        shapes[s].lq = shapes[s].lo = lrow
+        shapes[s].lk = shapes[s].lv = lkv
+        opts[s] = base
+        o = &opts[s]
+        o.shift = lk - 1   # the query sits at the sequence's last key (bottom-right)
+        o.k_len = lk
+        o.wl = _window(wl_param, lk)
+        o.wr = _window(wr_param, 1)
+        o.alibi_abs = 1
+        o.it = &it
+        j = 0 if table != NULL else k0 * Hkv * D   # the sequence's first row, packed; a pool's base, paged
+        if k16 != NULL:
+            o.k16, o.v16, o.is_f16 = k16 + j, v16 + j, is_f16
+            ks[s] = vs[s] = NULL
+        else:
+            o.k_rows = 1
+            ks[s], vs[s] = <real_t*>(k + j), <real_t*>(v + j)
+        if table != NULL:
+            o.ktable, o.kbs = table + b * mbs, BS
+        if lse != NULL:
+            o.lse, o.lse_ld = lse + q0, Tq
+        qs[s], outs[s] = <real_t*>(q + q0 * Hq * D), out + q0 * Hq * D
+        ss[s] = <real_t*>(slopes + b * slopes_ld) if slopes != NULL else NULL
+        ntasks += flash_tasks(&shapes[s], Hkv)
+        macs = macs + Hq * lk * D if macs < PY_SSIZE_T_MAX // 2 else macs
+        s += 1
+    tasks_buf = _np.empty(2 * ntasks, _np.intp)
+    cdef Py_ssize_t* task_seq = <Py_ssize_t*>cnp.PyArray_DATA(<cnp.ndarray>tasks_buf)
+    cdef Py_ssize_t* task_local = task_seq + ntasks
+    t = 0
+    for s in range(n):
+        for j in range(flash_tasks(&shapes[s], Hkv)):
+            task_seq[t], task_local[t] = s, j
+            t += 1
+    cdef int nt = <int>min(_threads_for(nthreads, macs), ntasks)
+    cdef Py_ssize_t D2 = (D + 1) // 2
+    cdef Py_ssize_t per_thread = 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * D2
+    buf = _scratch("varlen:decodes", nt * per_thread * sizeof(real_t))
+    cdef real_t* scratch = <real_t*>_aligned(buf)
+    with nogil:
+        decodes_core(tag, ntasks, task_seq, task_local, qs, ks, vs, ss, outs, shapes, opts, scratch, per_thread, nt)
+    fc_interrupt_raise(&it)

@@ -327,6 +327,21 @@ cdef void flash_forward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* 
         flash_task(tag, task, kv0, q, ktp, kpp, vpp, v, slopes, out, sh, o, scratch + threadid() * per_thread)
 
 
+cdef void decodes_core(rnd_t tag, Py_ssize_t ntasks, const Py_ssize_t* task_seq, const Py_ssize_t* task_local,
+                       real_t** qs, real_t** ks, real_t** vs, real_t** slopes, real_t** outs, Shape* shapes,
+                       AttnOpts* opts, real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
+    """Many independent decode steps (one query row per head each, attention_varlen's sequences of
+    one query) as one task list: task t is task task_local[t] of sequence task_seq[t], whose
+    operands, shape and options are qs[s] .. opts[s] (flash_task, with kv0 = 0)."""
+    cdef Py_ssize_t t, s
+    for t in prange(ntasks, schedule='dynamic', num_threads=nthreads):
+        s = task_seq[t]
+        if fc_stopped(opts[s].it):
+            continue
+        flash_task(tag, task_local[t], 0, qs[s], ks[s], NULL, NULL, vs[s], slopes[s], outs[s], &shapes[s], &opts[s],
+                   scratch + threadid() * per_thread)
+
+
 cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* ktp, real_t* v,
                             real_t* slopes, real_t* out, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
     # task -> (kv head kv0 + i, its query head g, query tile); ktp holds the packed K of kv heads from kv0

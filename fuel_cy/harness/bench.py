@@ -154,6 +154,7 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     rows += paged_rows
     rows += _mixed_rows(torch, rng, quick, progress, copy_rate)
     rows += _varlen_rows(torch, rng, quick, progress)
+    rows += _varlen_paged_rows(torch, rng, quick, progress, copy_rate)
     rows += _sdpa_rows(torch, rng, quick, progress)
     rows += _numpy_rows(rng, progress)
     rows += _threads_rows(rng, quick, progress)
@@ -364,6 +365,64 @@ def _varlen_rows(torch, rng, quick, progress):
         t_ours, t_seq, t_pad = interleaved([ours, per_sequence, padded_batch], reps=3 if quick else REPS)
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA per sequence", t_seq * 1e3))
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA padded + mask", t_pad * 1e3))
+    return rows
+
+
+def _varlen_paged_rows(torch, rng, quick, progress, copy_rate):
+    """attention_varlen over a paged pool (block_table), a decode-heavy mix: 16 sequences of 512-4096
+    keys, 14 of them decode steps (one query) and two chunks of 8 and 4 queries; the K and V it
+    reads against the large-copy rate, and torch SDPA per sequence on contiguous K/V."""
+    import ml_dtypes
+
+    import fuel_cy
+
+    if torch is None:
+        return []
+    b, hq, hkv, d, bs = 16, 8, 2, 128, 16
+    lens_k = rng.integers(512, (1025 if quick else 4097), b)
+    lens_q = np.ones(b, np.int64)
+    lens_q[:2] = (8, 4)
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.uint32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.uint32)
+    per = [-(-int(n) // bs) for n in lens_k]
+    nblk = sum(per)
+    order = rng.permutation(nblk).astype(np.uint32)
+    table = np.zeros((b, max(per)), np.uint32)
+    start = 0
+    for s, n in enumerate(per):
+        table[s, :n] = order[start:start + n]
+        start += n
+    pool32 = [rng.standard_normal((nblk, bs, hkv, d), dtype=np.float32) for _ in range(2)]
+    q32 = rng.standard_normal((int(cu_q[-1]), hq, d), dtype=np.float32)
+    flops = sum(4 * hq * int(a) * int(c) * d for a, c in zip(lens_q, lens_k))
+    shape = f"paged decode mix: B={b} (14 steps, chunks of 8 and 4) keys 512-{int(lens_k.max())} Hq={hq} Hkv={hkv} D={d} block={bs}"
+    rows = []
+    for code, npdt, tdt in (("F32", np.float32, torch.float32), ("BF16", ml_dtypes.bfloat16, torch.bfloat16)):
+        kp, vp = (x.astype(npdt) for x in pool32)
+        q = q32.astype(npdt)
+        # the peer: each sequence's keys gathered once, outside the timing, [1, Hkv, lk, D]
+        seq_kv = []
+        for s in range(b):
+            rows_of = (table[s, np.arange(int(lens_k[s])) // bs].astype(np.int64) * bs + np.arange(int(lens_k[s])) % bs)
+            kk, vv = (torch.from_numpy(x.reshape(-1, hkv, d)[rows_of].transpose(1, 0, 2)[None].copy()).to(tdt)
+                      for x in pool32)
+            qq = torch.from_numpy(q32[cu_q[s]:cu_q[s + 1]].transpose(1, 0, 2)[None].copy()).to(tdt)
+            seq_kv.append((qq, kk, vv))
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        progress(f"varlen paged {code} {shape}")
+
+        def per_sequence():
+            with torch.no_grad():
+                for qq, kk, vv in seq_kv:
+                    sdpa(qq, kk, vv, enable_gqa=True, is_causal=False)
+
+        t_ours, t_peer = interleaved([lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table,
+                                                                       causal=True),
+                                      per_sequence], reps=5)
+        kv_bytes = 2 * int(lens_k.sum()) * hkv * d * np.dtype(npdt).itemsize
+        rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops,
+                         f"torch SDPA per sequence {code.lower()} (contiguous K/V)", t_peer * 1e3,
+                         kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
     return rows
 
 

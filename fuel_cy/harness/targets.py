@@ -71,6 +71,9 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         check("varlen (8 causal sequences, 64-2048 tokens) >= 1.2x torch SDPA per sequence",
               varlen("torch SDPA per sequence"), 1.2),
         check("varlen >= 1.5x torch SDPA on the padded batch with a mask", varlen("torch SDPA padded + mask"), 1.5),
+        check("varlen over a paged pool (decode-heavy) K+V read >= 70% of the copy rate",
+              [r["pct_copy"] for r in rows if r["kernel"] == "attention_varlen" and r.get("pct_copy") is not None],
+              70.0, "{:.0f}%"),
     ]
     sdpa = lambda peer: ratios(lambda r: r["kernel"] == "scaled_dot_product_attention" and r["peer"].startswith(peer))  # noqa: E731
     out += [
