@@ -420,3 +420,29 @@ def test_bad_pools_are_input_errors():
     assert msg and "'seqused_k'" in msg and "seqused_k[0] = 11" in msg
     msg = input_error_of(fuel_cy.attention_varlen, q, kp, vp, cu_q, cu_k)   # a pool without its table
     assert msg and "'cu_seqlens_k'" in msg and "the rows of k" in msg
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+def test_strided_views_are_read_in_place(dtype):
+    """q, k, v sliced from one fused projection [T, Hq + 2 Hkv, D] (rows Hq + 2 Hkv heads apart,
+    offsets), an expanded kv head (stride 0), a pool of every other block: the bits of the same
+    values made contiguous, decode steps and longer sequences alike."""
+    lens = ([1, 64, 17, 1], [1, 64, 17, 1])
+    hq, hkv, d = 8, 2, 64
+    cu = np.concatenate([[0], np.cumsum(lens[0])]).astype(np.uint32)
+    qkv = np.random.default_rng(30).standard_normal((int(cu[-1]), hq + 2 * hkv, d)).astype(dtype)
+    q, k, v = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
+    flat = [np.ascontiguousarray(x) for x in (q, k, v)]
+    for params in ({"causal": True}, {"window_size_left": 5}):
+        out = fuel_cy.attention_varlen(q, k, v, cu, cu, **params)
+        assert bits(out) == bits(fuel_cy.attention_varlen(*flat, cu, cu, **params))
+    one = np.broadcast_to(k[:, :1], k.shape)                       # both kv heads the same, stride 0
+    assert bits(fuel_cy.attention_varlen(q, one, v, cu, cu)) == bits(
+        fuel_cy.attention_varlen(flat[0], np.ascontiguousarray(one), flat[2], cu, cu))
+    q2, k2, v2, cu_q, cu_k = packed([1, 3, 1], [40, 70, 9], hq, hkv, d, dtype, seed=31)
+    kp, vp, table = paged_pool(k2, v2, cu_k, 16, spare=0)
+    kw, vw = (np.repeat(x, 2, axis=0) for x in (kp, vp))           # block i at 2 i: every other block
+    out = fuel_cy.attention_varlen(q2, kw[::2], vw[::2], cu_q, cu_k, block_table=table)
+    assert bits(out) == bits(fuel_cy.attention_varlen(q2, kp, vp, cu_q, cu_k, block_table=table))
+    msg = input_error_of(fuel_cy.attention_varlen, q[::-1], k, v, cu, cu)
+    assert msg and "'q'" in msg and "reverse_strides: rejected" in msg

@@ -67,6 +67,49 @@ cdef inline void* _data_rows(object x, int typenum) except NULL:
     return cnp.PyArray_DATA(<cnp.ndarray>x)
 
 
+cdef bint _rows_heads(object x, Py_ssize_t* sr, Py_ssize_t* sh) noexcept:
+    """sr, sh = the element strides of a row and of a head of a validated [T, H, D] work array, or
+    of a [NB, BS, H, D] one whose NB * BS rows are evenly spaced; the D elements of a row
+    adjacent.  False when x is not such an array (the entry then passes a C-contiguous copy)."""
+    if not cnp.PyArray_Check(x) or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x):
+        return False
+    cdef int nd = cnp.PyArray_NDIM(<cnp.ndarray>x), a
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(<cnp.ndarray>x), st[4]
+    if nd != 3 and nd != 4:
+        return False
+    if cnp.PyArray_SIZE(<cnp.ndarray>x) == 0:   # nothing is read
+        sr[0] = sh[0] = 0
+        return True
+    for a in range(nd):
+        st[a] = cnp.PyArray_STRIDE(<cnp.ndarray>x, a)
+        if cnp.PyArray_DIM(<cnp.ndarray>x, a) <= 1:
+            st[a] = 0   # never stepped along
+        elif st[a] < 0 or st[a] % item or (a == nd - 1 and st[a] != item):
+            return False
+        st[a] //= item
+    sh[0] = st[nd - 2]
+    if nd == 3:
+        sr[0] = st[0]
+    elif cnp.PyArray_DIM(<cnp.ndarray>x, 0) <= 1:
+        sr[0] = st[1]
+    elif cnp.PyArray_DIM(<cnp.ndarray>x, 1) <= 1:
+        sr[0] = st[0]
+    elif st[0] == cnp.PyArray_DIM(<cnp.ndarray>x, 1) * st[1]:
+        sr[0] = st[1]
+    else:
+        return False
+    return True
+
+
+cdef inline void* _data_strided(object x, int typenum) except NULL:
+    """The data of a validated input that a driver reads through the strides the entry found
+    (_rows_heads); the check keeps the core memory-safe."""
+    if (not cnp.PyArray_Check(x) or cnp.PyArray_TYPE(<cnp.ndarray>x) != typenum
+            or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x)):
+        raise ValueError("fuel_cy core: an input reached the core unvalidated (not an array of its work type)")
+    return cnp.PyArray_DATA(<cnp.ndarray>x)
+
+
 cdef inline Py_ssize_t _dim(object x, int axis):
     return cnp.PyArray_DIM(<cnp.ndarray>x, axis)
 
@@ -528,11 +571,11 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
 
 
 cdef void _gather_rows(const real_t* x, const unsigned short* x16, int is_f16, const unsigned int* table,
-                       Py_ssize_t bs, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D, real_t* out,
-                       int nthreads) noexcept nogil:
+                       Py_ssize_t bs, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D, Py_ssize_t sr,
+                       Py_ssize_t sh, real_t* out, int nthreads) noexcept nogil:
     """A sequence's n key rows as [H, n, D]: rows row0 .. row0 + n of a packed [rows, H, D] array,
-    or (table, bs > 0) key i at row i % bs of block table[i // bs] of a [NB, bs, H, D] pool; read
-    front to back (H write streams), on every thread.  x16 (x NULL): 16-bit storage, widened
+    or (table, bs > 0) key i at row i % bs of block table[i // bs] of a [NB, bs, H, D] pool, row r
+    head h at r * sr + h * sh; read front to back (H write streams), on every thread.  x16 (x NULL): 16-bit storage, widened
     exactly on the way (float work type only)."""
     cdef Py_ssize_t h, i, r
     for i in prange(n, schedule='static', num_threads=nthreads):
@@ -540,16 +583,16 @@ cdef void _gather_rows(const real_t* x, const unsigned short* x16, int is_f16, c
         for h in range(H):
             if x16 != NULL:
                 if real_t is float:
-                    fc_widen_half(x16 + (r * H + h) * D, out + (h * n + i) * D, D, is_f16)
+                    fc_widen_half(x16 + r * sr + h * sh, out + (h * n + i) * D, D, is_f16)
             else:
-                memcpy(out + (h * n + i) * D, x + (r * H + h) * D, D * sizeof(real_t))
+                memcpy(out + (h * n + i) * D, x + r * sr + h * sh, D * sizeof(real_t))
 
 
 cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
                     const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
                     const unsigned int* table, Py_ssize_t mbs, const unsigned int* used, const real_t* slopes,
                     Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params, int nthreads,
-                    bint bf16_pairs):
+                    bint bf16_pairs, const Py_ssize_t* rs):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
     cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and its keys rows cu_k[b] .. cu_k[b + 1] of k, v
     [NB * BS, Hkv, D], or (table, mbs per sequence) key j at row j % BS of block table[b, j // BS]
@@ -560,7 +603,9 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     v16 (k, v NULL): bf16/f16 storage (is_f16).  Each sequence runs the flash forward on its q
     and out rows where they lie, as [1, H, l, D] operands whose heads are D elements apart and rows
     H * D; float packed k rows too, v (and paged or 16-bit k) rows gathered (the validators checked
-    the offsets, lengths and block ids: every row read lies in the arrays)."""
+    the offsets, lengths and block ids: every row read lies in the arrays).  rs: the element strides
+    of a row and of a head of q, k and v (q's rows are its first axis, k's and v's their rows of
+    blocks, found affine by the entry); out is C-contiguous."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t b, q0, k0, lq, lk
@@ -575,9 +620,10 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     cdef const unsigned int* trow
     cdef real_t* kg
     dt = _np.float32 if real_t is float else _np.float64
+    cdef Py_ssize_t qr = rs[0], qh = rs[1], kr = rs[2], kh = rs[3], vr = rs[4], vh = rs[5]
     # the decode steps (sequences of one query) first, all in one task list
     _varlen_decodes(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
-                    dims, params, nthreads)
+                    dims, params, nthreads, rs)
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
@@ -592,20 +638,21 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
         vb = _temp("varlen:v", (Hkv * lk * D,), dt)
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
         with nogil:
-            _gather_rows(v, v16, is_f16, trow, BS, k0, lk, Hkv, D, <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
+            _gather_rows(v, v16, is_f16, trow, BS, k0, lk, Hkv, D, vr, vh,
+                         <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
         if k_in_place:
-            kg = <real_t*>(k + k0 * Hkv * D)
-            strides[3:6] = [0, D, Hkv * D]
+            kg = <real_t*>(k + k0 * kr)
+            strides[3:6] = [0, kh, kr]
         else:
             kb = _temp("varlen:k", (Hkv * lk * D,), dt)
             kg = <real_t*>cnp.PyArray_DATA(<cnp.ndarray>kb)
             with nogil:
-                _gather_rows(k, k16, is_f16, trow, BS, k0, lk, Hkv, D, kg, nt)
+                _gather_rows(k, k16, is_f16, trow, BS, k0, lk, Hkv, D, kr, kh, kg, nt)
             strides[3:6] = [0, lk * D, D]
-        strides[0:3] = [0, D, Hq * D]
+        strides[0:3] = [0, qh, qr]
         strides[6:9] = [0, lk * D, D]
         strides[9:12] = [0, D, Hq * D]
-        _forward(tag, q + q0 * Hq * D, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb),
+        _forward(tag, q + q0 * qr, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb),
                  slopes + b * slopes_ld if slopes != NULL else NULL,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)
@@ -615,7 +662,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
                             const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
                             const unsigned int* table, Py_ssize_t mbs, const unsigned int* used,
                             const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims,
-                            dict params, int nthreads):
+                            dict params, int nthreads, const Py_ssize_t* rs):
     """Every sequence of _varlen with one query and at least one key (a decode step), as one task
     list (kernels.pxi decodes_core): a team per sequence cost more than a short sequence's math.
     K and V are read where they lie, packed rows or a paged pool's rows through the sequence's
@@ -645,9 +692,12 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
     cdef real_t** vs = qs + 2 * n
     cdef real_t** ss = qs + 3 * n
     cdef real_t** outs = qs + 4 * n
-    cdef Layout lrow, lkv
-    lrow.sb, lrow.sh, lrow.ss, lrow.H = 0, D, Hq * D, Hq      # q and out: one row of Hq heads
-    lkv.sb, lkv.sh, lkv.ss, lkv.H = 0, D, Hkv * D, Hkv        # k and v rows where they lie
+    cdef Layout lq, lo, lk_, lv
+    lq.sb, lq.sh, lq.ss, lq.H = 0, rs[1], rs[0], Hq          # q: one row of Hq heads where it lies
+    lo.sb, lo.sh, lo.ss, lo.H = 0, D, Hq * D, Hq             # out: C-contiguous
+    lk_.sb, lk_.sh, lk_.ss, lk_.H = 0, rs[3], rs[2], Hkv     # k and v rows where they lie
+    lv.sb, lv.sh, lv.ss, lv.H = 0, rs[5], rs[4], Hkv
+    cdef Py_ssize_t jk, jv
     cdef fc_interrupt it
     fc_interrupt_init(&it, _on_main_thread())
     s = 0
@@ -657,8 +707,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
         if <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>q0 != 1 or lk == 0:
             continue
         shapes[s].B, shapes[s].Hq, shapes[s].Hkv, shapes[s].Sq, shapes[s].Sk, shapes[s].D = 1, Hq, Hkv, 1, lk, D
-        shapes[s].lq = shapes[s].lo = lrow
-        shapes[s].lk = shapes[s].lv = lkv
+        shapes[s].lq, shapes[s].lo, shapes[s].lk, shapes[s].lv = lq, lo, lk_, lv
         opts[s] = base
         o = &opts[s]
         o.shift = lk - 1   # the query sits at the sequence's last key (bottom-right)
@@ -667,18 +716,20 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
         o.wr = _window(wr_param, 1)
         o.alibi_abs = 1
         o.it = &it
-        j = 0 if table != NULL else k0 * Hkv * D   # the sequence's first row, packed; a pool's base, paged
+        # the sequence's first row, packed; a pool's base, paged
+        jk = 0 if table != NULL else k0 * rs[2]
+        jv = 0 if table != NULL else k0 * rs[4]
         if k16 != NULL:
-            o.k16, o.v16, o.is_f16 = k16 + j, v16 + j, is_f16
+            o.k16, o.v16, o.is_f16 = k16 + jk, v16 + jv, is_f16
             ks[s] = vs[s] = NULL
         else:
             o.k_rows = 1
-            ks[s], vs[s] = <real_t*>(k + j), <real_t*>(v + j)
+            ks[s], vs[s] = <real_t*>(k + jk), <real_t*>(v + jv)
         if table != NULL:
             o.ktable, o.kbs = table + b * mbs, BS
         if lse != NULL:
             o.lse, o.lse_ld = lse + q0, Tq
-        qs[s], outs[s] = <real_t*>(q + q0 * Hq * D), out + q0 * Hq * D
+        qs[s], outs[s] = <real_t*>(q + q0 * rs[0]), out + q0 * Hq * D
         ss[s] = <real_t*>(slopes + b * slopes_ld) if slopes != NULL else NULL
         ntasks += flash_tasks(&shapes[s], Hkv)
         macs = macs + Hq * lk * D if macs < PY_SSIZE_T_MAX // 2 else macs

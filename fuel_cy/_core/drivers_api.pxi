@@ -109,14 +109,16 @@ cdef object drive_attention_varlen(rnd_t tag, const real_t* q, const real_t* k, 
                                    const unsigned int* cu_seqlens_q, const unsigned int* cu_seqlens_k,
                                    const real_t* slopes, Py_ssize_t slopes_ld, const unsigned int* block_table,
                                    Py_ssize_t max_blocks, const unsigned int* seqused_k, real_t* out, float* lse,
-                                   tuple dims, dict params, int nthreads):
+                                   tuple dims, dict params, int nthreads, const Py_ssize_t* row_strides):
     """dims (Tq, NB, BS, B1, Hq, Hkv, D): q [Tq, Hq, D], k/v [NB, BS, Hkv, D] (packed: NB * BS
     rows, or with block_table [B, max_blocks] a pool of NB blocks), B1 = B + 1 offsets each;
     slopes: the float32 ALiBi slopes in the work type (exactly), Hq per sequence, slopes_ld apart
     (0: the same Hq for every sequence), or NULL; seqused_k: each sequence's used keys, or NULL;
-    lse: [Hq, Tq] float32 filled with +inf, written with each row's log-sum-exp, or NULL."""
+    lse: [Hq, Tq] float32 filled with +inf, written with each row's log-sum-exp, or NULL;
+    row_strides: the element strides of a row and of a head of q, k and v (6; the rows' D elements
+    adjacent), out C-contiguous."""
     _varlen(tag, q, k, v, NULL, NULL, 0, cu_seqlens_q, cu_seqlens_k, block_table, max_blocks, seqused_k, slopes,
-            slopes_ld, out, lse, dims, params, nthreads, False)
+            slopes_ld, out, lse, dims, params, nthreads, False, row_strides)
 
 
 cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const unsigned short* k,
@@ -124,14 +126,14 @@ cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const uns
                                         const unsigned int* cu_seqlens_k, const float* slopes, Py_ssize_t slopes_ld,
                                         const unsigned int* block_table, Py_ssize_t max_blocks,
                                         const unsigned int* seqused_k, float* out, float* lse, tuple dims,
-                                        dict params, int nthreads, int is_f16):
+                                        dict params, int nthreads, int is_f16, const Py_ssize_t* row_strides):
     """drive_attention_varlen on bf16/f16 inputs under float32 compute: q widened exactly, k and v
     in their 16-bit storage, each sequence's keys gathered and widened exactly as it runs (only the
     keys a call uses are read: a paged pool costs only its live blocks), the bf16 scores by
     vdpbf16ps or AMX tiles where the CPU has them (as drive_attention_flash_half)."""
     _varlen(tag, q, <const float*>NULL, <const float*>NULL, k, v, is_f16, cu_seqlens_q, cu_seqlens_k, block_table,
             max_blocks, seqused_k, slopes, slopes_ld, out, lse, dims, params, nthreads,
-            bool(FC_HAVE_DPBF16) and not is_f16)
+            bool(FC_HAVE_DPBF16) and not is_f16, row_strides)
 
 
 # ---- torch SDPA's masks: a boolean mask and an additive bias, broadcast (top-left masks) ---------

@@ -85,9 +85,18 @@ cdef inline object _rows_view(object x, Py_ssize_t* st):
     return x
 
 
+cdef inline object _rows_heads_view(object x, Py_ssize_t* sr, Py_ssize_t* sh):
+    """x itself where the core reads its rows in place (drivers.pxi _rows_heads: sr, sh its row
+    and head strides), else a C-contiguous copy of it (sr, sh: the copy's)."""
+    if not _rows_heads(x, sr, sh):
+        x = _np.ascontiguousarray(x)
+        _rows_heads(x, sr, sh)
+    return x
+
+
 cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple dims, dict params, int nthreads):
     """`call` under one policy: (tag, real_t) is the policy, `w` only selects real_t."""
-    cdef Py_ssize_t strides[12]   # the masked drivers' q, k, v and out strides
+    cdef Py_ssize_t strides[12]   # the masked drivers' q, k, v and out strides; varlen's row and head strides
     cdef int is_f16 = half_flag(code)       # _core_dtypes.pxi: -1 unless a 16-bit float
     cdef bint narrow = is_f16 >= 0          # stored narrower than computed: widened in, rounded out
     cdef int tn = cnp.NPY_FLOAT32 if real_t is float else cnp.NPY_FLOAT64
@@ -205,22 +214,30 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         # the log-sum-exp [Hq, Tq] when asked (the contract's `when: return_lse`); +inf stays
         # where a row has nothing admissible
         lse = _np.full((_dim(q, 1), _dim(q, 0)), _np.inf, _np.float32) if params.get("return_lse") else None
+        # q, k and v read where they lie (rows of heads with adjacent elements; others copied once);
+        # a half-type q is widened into a C-contiguous work array
+        k = _rows_heads_view(k, strides + 2, strides + 3)
+        v = _rows_heads_view(v, strides + 4, strides + 5)
         if driver == _DRV_VARLEN:
-            drive_attention_varlen(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k, tn),
-                                   <const real_t*>_ptr(v, tn), <const unsigned int*>_ptr(cu_q, u32),
+            q_a = _rows_heads_view(q_a, strides, strides + 1)
+            drive_attention_varlen(tag, <const real_t*>_data_strided(q_a, tn), <const real_t*>_data_strided(k, tn),
+                                   <const real_t*>_data_strided(v, tn), <const unsigned int*>_ptr(cu_q, u32),
                                    <const unsigned int*>_ptr(cu_k, u32), <const real_t*>_ptr(s_a, tn), s_ld,
                                    <const unsigned int*>_ptr(table, u32), mbs, <const unsigned int*>_ptr(used, u32),
                                    <real_t*>_ptr(out, tn), <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params,
-                                   nthreads)
+                                   nthreads, strides)
         else:
             if rnd_t is RoundNone and real_t is float:   # k and v in their 16-bit storage (cores.py half_storage)
                 h = _half_typenum(code)
-                drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const unsigned short*>_ptr(k, h),
-                                            <const unsigned short*>_ptr(v, h), <const unsigned int*>_ptr(cu_q, u32),
+                strides[0], strides[1] = _dim(q, 1) * _dim(q, 2), _dim(q, 2)
+                drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const unsigned short*>_data_strided(k, h),
+                                            <const unsigned short*>_data_strided(v, h),
+                                            <const unsigned int*>_ptr(cu_q, u32),
                                             <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn), s_ld,
                                             <const unsigned int*>_ptr(table, u32), mbs,
                                             <const unsigned int*>_ptr(used, u32), <float*>_ptr(out, tn),
-                                            <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params, nthreads, is_f16)
+                                            <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params, nthreads, is_f16,
+                                            strides)
         result = _from_work(out, code, nthreads) if narrow else out
         return (result, lse) if lse is not None else result
     q, k, v, do, s = ins
