@@ -446,3 +446,26 @@ def test_strided_views_are_read_in_place(dtype):
     assert bits(out) == bits(fuel_cy.attention_varlen(q2, kp, vp, cu_q, cu_k, block_table=table))
     msg = input_error_of(fuel_cy.attention_varlen, q[::-1], k, v, cu, cu)
     assert msg and "'q'" in msg and "reverse_strides: rejected" in msg
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("lq", [2, 3, 16])
+def test_few_query_rows_with_gqa_give_the_bits_of_each_head_alone(dtype, lq):
+    """With GQA and G * Sq <= 64 a kv head's query heads share its tiles (K and V read once for
+    them): each row's arithmetic stays that of its head alone, so the bits equal multi-head
+    attention on K and V repeated per head (which shares nothing), for attention_flash and for a
+    varlen chunk alike."""
+    hq, hkv, d = 8, 2, 64
+    rng = np.random.default_rng(lq)
+    q = rng.standard_normal((2, hq, lq, d)).astype(dtype)
+    k, v = (rng.standard_normal((2, hkv, 300, d)).astype(dtype) for _ in range(2))
+    flash = fuel_cy.attention_flash_mixed if dtype == ml_dtypes.bfloat16 else fuel_cy.attention_flash
+    rep = [np.ascontiguousarray(np.repeat(x, hq // hkv, axis=1)) for x in (k, v)]
+    for kw in ({}, {"causal": True}, {"softcap": 3.0}):
+        assert bits(flash(q, k, v, **kw)) == bits(flash(q, *rep, **kw))
+    qs, ks, vs, cu_q, cu_k = packed([lq, 1, lq], [300, 40, 77], hq, hkv, d, dtype, seed=lq)
+    krep, vrep = (np.ascontiguousarray(np.repeat(x, hq // hkv, axis=1)) for x in (ks, vs))
+    slopes = (2.0 ** -np.arange(1, hq + 1)).astype(np.float32)
+    for kw in ({"causal": True}, {"window_size_left": 7}):
+        assert bits(fuel_cy.attention_varlen(qs, ks, vs, cu_q, cu_k, slopes, **kw)) == bits(
+            fuel_cy.attention_varlen(qs, krep, vrep, cu_q, cu_k, slopes, **kw))

@@ -312,7 +312,8 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
 
 cdef void _layouts(Shape* sh, const Py_ssize_t* strides) noexcept:
     """sh's operand layouts: C-contiguous, or the (batch, head, row) element strides of q, k, v
-    and out, in that order."""
+    and out, in that order.  (No stacked query rows unless the driver says so: Shape.stack.)"""
+    sh.stack = 0
     sh.lq = contiguous_layout(sh.Hq, sh.Sq, sh.D)
     sh.lo = sh.lq
     sh.lk = contiguous_layout(sh.Hkv, sh.Sk, sh.D)
@@ -411,6 +412,9 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         return
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
     cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
+    # few query rows with GQA: a kv head's query heads share its tiles (K and V read once for them);
+    # not with masks (their rows are addressed by one step) nor under math in T
+    sh.stack = rnd_t is RoundNone and not naive and mask == NULL and bias == NULL
     o.alibi_abs = alibi_abs
     o.k16 = k16
     o.v16 = v16
@@ -708,6 +712,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
             continue
         shapes[s].B, shapes[s].Hq, shapes[s].Hkv, shapes[s].Sq, shapes[s].Sk, shapes[s].D = 1, Hq, Hkv, 1, lk, D
         shapes[s].lq, shapes[s].lo, shapes[s].lk, shapes[s].lv = lq, lo, lk_, lv
+        shapes[s].stack = 0
         opts[s] = base
         o = &opts[s]
         o.shift = lk - 1   # the query sits at the sequence's last key (bottom-right)

@@ -26,6 +26,10 @@ cdef struct Shape:
     # a driver says otherwise: the flash forward reads and writes through them; the naive and
     # backward kernels take C-contiguous operands only)
     Layout lq, lk, lv, lo
+    # the flash forward may stack the Sq query rows of a kv head's G query heads in one tile when
+    # G * Sq <= BR_FLASH (the driver allows it: no masks, the float32/float64 policies), so that
+    # K and V are read once per kv head, not once per query head (flash_heads_as_rows)
+    int stack
 
 
 cdef inline Layout contiguous_layout(Py_ssize_t H, Py_ssize_t S, Py_ssize_t D) noexcept nogil:
@@ -99,14 +103,16 @@ cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nhe
 
 
 cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
-    """Decode with GQA: a kv head's query heads, one row each, make one tile (see flash_task)."""
-    return sh.Sq == 1 and sh.Hq > sh.Hkv
+    """GQA with few query rows: a kv head's G query heads, Sq rows each (one in a decode step),
+    make its tiles, head after head (see flash_task); a decode step always, more rows where the
+    driver allows it (Shape.stack) and G * Sq fits one tile."""
+    return sh.Hq > sh.Hkv and (sh.Sq == 1 or (sh.stack and (sh.Hq // sh.Hkv) * sh.Sq <= BR_FLASH))
 
 
 cdef inline Py_ssize_t flash_tasks(Shape* sh, Py_ssize_t nkv) noexcept nogil:
     cdef Py_ssize_t G = sh.Hq // sh.Hkv
     if flash_heads_as_rows(sh):
-        return nkv * ceil_div(G, BR_FLASH)
+        return nkv * ceil_div(G * sh.Sq, BR_FLASH)
     return nkv * G * ceil_div(sh.Sq, BR_FLASH)
 
 
@@ -120,18 +126,26 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t G = sh.Hq // sh.Hkv
-    # One query row per head (decode): the rows of a kv head's G query heads are adjacent in q and
-    # out, so they form one tile, all at position 0 (pstep 0), each with its head's ALiBi slope
-    # (hstep 1).  Otherwise a tile is BR_FLASH consecutive positions of one head.  Either way each
-    # row's arithmetic is the same: only how many rows share a task changes.
+    # Few query rows per head with GQA (a decode step; or Sq rows with G * Sq <= BR_FLASH where
+    # Shape.stack allows): the rows of a kv head's G query heads form its tiles, head after head
+    # (row r of the task is position (g0 + r) % Sq of head hk * G + (g0 + r) // Sq), each with its
+    # head's ALiBi slope, and K and V are read once for them all.  Otherwise a tile is BR_FLASH
+    # consecutive positions of one head.  Either way each row's arithmetic is the same: only how
+    # many rows share a task changes.
     cdef bint heads_as_rows = flash_heads_as_rows(sh)
-    cdef Py_ssize_t nqt = ceil_div(G, BR_FLASH) if heads_as_rows else ceil_div(Sq, BR_FLASH)
+    cdef Py_ssize_t nqt = ceil_div(G * Sq, BR_FLASH) if heads_as_rows else ceil_div(Sq, BR_FLASH)
     cdef Py_ssize_t qt = task % nqt, rest = task // nqt
     cdef Py_ssize_t kvh = kv0 + (rest if heads_as_rows else rest // G)
     cdef Py_ssize_t b = kvh // sh.Hkv, hk = kvh % sh.Hkv
-    cdef Py_ssize_t h = hk * G + (qt * BR_FLASH if heads_as_rows else rest % G)
-    cdef Py_ssize_t i0 = 0 if heads_as_rows else qt * BR_FLASH
+    cdef Py_ssize_t g0 = qt * BR_FLASH   # (heads_as_rows) the task's first row among the G * Sq
+    cdef Py_ssize_t h = hk * G + (g0 // Sq if heads_as_rows else rest % G)
+    cdef Py_ssize_t i0 = g0 % Sq if heads_as_rows else qt * BR_FLASH
+    # the masks' step between rows, where the rows are affine in (head, position): a decode step's
+    # heads (hstep 1), or one head's positions (pstep 1); stacked rows of Sq > 1 have no masks
     cdef Py_ssize_t pstep = 0 if heads_as_rows else 1, hstep = 1 if heads_as_rows else 0
+    cdef Py_ssize_t rh[BR_FLASH]   # each row's query head and position
+    cdef Py_ssize_t rp[BR_FLASH]
+    cdef Py_ssize_t ifirst
     cdef Py_ssize_t nr, nr4, t, j0, nc, r, jj, d, kend, cls
     cdef real_t* Qs = buf
     cdef real_t* S = Qs + BR_FLASH * D
@@ -177,14 +191,28 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     if o.bias != NULL:
         arow0 = <const real_t*>o.bias + b * o.a_sb + h * o.a_sh + i0 * o.a_si
         astep = hstep * o.a_sh + pstep * o.a_si
-    nr = (G - qt * BR_FLASH) if heads_as_rows else (Sq - i0)
+    nr = (G * Sq - g0) if heads_as_rows else (Sq - i0)
     if nr > BR_FLASH:
         nr = BR_FLASH
-    ilast = i0 + (nr - 1) * pstep   # the tile's last query position
+    for r in range(nr):
+        if heads_as_rows:
+            rh[r] = hk * G + (g0 + r) // Sq
+            rp[r] = (g0 + r) % Sq
+        else:
+            rh[r] = h
+            rp[r] = i0 + r
+    # the tile's first and last query positions (positions grow along a head's rows)
+    ifirst = 0 if heads_as_rows and nr > Sq - i0 else i0
+    ilast = Sq - 1 if heads_as_rows and nr > Sq - i0 else rp[nr - 1]
     nr4 = (nr + NR - 1) // NR * NR
-    # the tile's rows: consecutive positions of head h, or (heads_as_rows) heads h, h + 1, ...
-    copy_rows_strided(q + row_offset(&sh.lq, b * sh.Hq + h, i0), hstep * sh.lq.sh + pstep * sh.lq.ss,
-                      nr, nr4, D, Qs)
+    # the tile's rows: consecutive positions of head h, or (heads_as_rows) of heads h, h + 1, ...
+    if heads_as_rows and Sq > 1:
+        for r in range(nr):
+            memcpy(Qs + r * D, q + row_offset(&sh.lq, b * sh.Hq + rh[r], rp[r]), D * sizeof(real_t))
+        zero(Qs + nr * D, (nr4 - nr) * D)
+    else:
+        copy_rows_strided(q + row_offset(&sh.lq, b * sh.Hq + h, i0), hstep * sh.lq.sh + pstep * sh.lq.ss,
+                          nr, nr4, D, Qs)
     if rnd_t is RoundNone and real_t is float:
         if kpp != NULL:
             fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
@@ -200,7 +228,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         nc = kend - j0
         if nc > BC:
             nc = BC
-        cls = tile_class(i0, ilast, j0, j0 + nc - 1, o)   # (positions shift inside: admissible_range)
+        cls = tile_class(ifirst, ilast, j0, j0 + nc - 1, o)   # (positions shift inside: admissible_range)
         if cls == 0:
             continue
         # a key tile the boolean mask masks whole is skipped like a causal one; one it masks
@@ -247,13 +275,13 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             srow = S + r * BC
             nrow = nc
             if plain and cls == 1:
-                nrow = i0 + r * pstep + o.shift + 1 - j0
+                nrow = rp[r] + o.shift + 1 - j0
                 nrow = 0 if nrow < 0 else (nc if nrow > nc else nrow)
             if plain:
                 mt = R(tag, scale * row_max(srow, nrow)) if nrow > 0 else -INFINITY
             else:
-                slope = slopes[h + r * hstep] if slopes != NULL else 0
-                transform_row(tag, srow, nc, j0, i0 + r * pstep, scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
+                slope = slopes[rh[r]] if slopes != NULL else 0
+                transform_row(tag, srow, nc, j0, rp[r], scale, cap, slope, slopes != NULL, o, cls == 1, NULL)
                 if tmask:
                     apply_masks(tag, srow, nc, mtile + r * mstep if mtile != NULL else NULL,
                                 arow0 + r * astep + j0 if arow0 != NULL else NULL)
@@ -305,12 +333,12 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         else:
             pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D)
     for r in range(nr):
-        orow = out + row_offset(&sh.lo, b * sh.Hq + h + r * hstep, i0 + r * pstep)
+        orow = out + row_offset(&sh.lo, b * sh.Hq + rh[r], rp[r])
         li = l[r]
         for d in range(D):
             orow[d] = R(tag, O[r * D + d] / li) if li != 0 else 0
         if o.lse != NULL:   # log of the row's softmax denominator: sum exp(s - m) = l, so m + log l
-            o.lse[(b * sh.Hq + h + r * hstep) * o.lse_ld + i0 + r * pstep] = (
+            o.lse[(b * sh.Hq + rh[r]) * o.lse_ld + rp[r]] = (
                 <float>(<double>m[r] + log(<double>li)) if li > 0 else INFINITY)
 
 
