@@ -197,7 +197,7 @@ def test_sequences_never_see_each_other():
 
 @pytest.mark.parametrize("w", [2**63 - 1, 2**62, 2**64 - 1])
 def test_huge_windows_are_no_window(w):
-    q, k, v, cu_q, cu_k = packed([3, 64, 17], [100, 64, 300], 4, 2, 16, np.float32, seed=1)
+    q, k, v, cu_q, cu_k = packed([3, 64, 17, 1], [100, 64, 300, 50], 4, 2, 16, np.float32, seed=1)   # (a decode step)
     plain = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
     out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True, window_size_left=w, window_size_right=w)
     assert bits(out) == bits(plain)
@@ -469,3 +469,15 @@ def test_few_query_rows_with_gqa_give_the_bits_of_each_head_alone(dtype, lq):
     for kw in ({"causal": True}, {"window_size_left": 7}):
         assert bits(fuel_cy.attention_varlen(qs, ks, vs, cu_q, cu_k, slopes, **kw)) == bits(
             fuel_cy.attention_varlen(qs, krep, vrep, cu_q, cu_k, slopes, **kw))
+
+
+def test_a_pool_of_one_repeated_block_is_copied_not_misread():
+    """A pool broadcast over its blocks (stride 0 on NB) is not evenly spaced rows: read as its
+    copy, the same bits."""
+    q, k, v, cu_q, cu_k = packed([1, 2], [16, 16], 4, 2, 8, np.float32, seed=40)
+    one = np.broadcast_to(k[None, :16], (3, 16, 2, 8))
+    vone = np.broadcast_to(v[None, :16], (3, 16, 2, 8))
+    table = np.array([[0], [2]], np.uint32)
+    out = fuel_cy.attention_varlen(q, one, vone, cu_q, cu_k, block_table=table)
+    assert bits(out) == bits(fuel_cy.attention_varlen(q, np.ascontiguousarray(one), np.ascontiguousarray(vone),
+                                                      cu_q, cu_k, block_table=table))

@@ -35,25 +35,33 @@ cdef inline void* _data(object x, int typenum, int typenum2=-1) except NULL:
     return cnp.PyArray_DATA(<cnp.ndarray>x)
 
 
-cdef bint _row_strides(object x, Py_ssize_t* out) noexcept:
-    """out[0:3] = the (batch, head, row) element strides of a validated 4-D work array whose rows
-    (last axis) are unit-stride and whose strides are non-negative multiples of its itemsize;
-    False when x is not such an array (the entry then passes a C-contiguous copy).  Written into
-    C, not a tuple: a decode call's glue built and compared tuples for a third of its time."""
-    if not cnp.PyArray_Check(x) or cnp.PyArray_NDIM(<cnp.ndarray>x) != 4 or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x):
+cdef bint _element_strides(object x, int nd, Py_ssize_t* out) noexcept:
+    """out[0:nd] = the element strides of a validated nd-dim work array whose last axis is
+    unit-stride and whose strides are non-negative multiples of its itemsize (0 along an axis of
+    extent <= 1, never stepped along; all 0 for an empty array, which nothing reads); False when x
+    is not such an array (the entry then passes a C-contiguous copy).  Written into C, not a tuple:
+    a decode call's glue built and compared tuples for a third of its time."""
+    if not cnp.PyArray_Check(x) or cnp.PyArray_NDIM(<cnp.ndarray>x) != nd or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x):
         return False
-    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(<cnp.ndarray>x), a, st
-    if cnp.PyArray_SIZE(<cnp.ndarray>x) == 0:   # nothing is read (numpy may give it any strides)
-        out[0] = out[1] = out[2] = 0
-        return True
-    for a in range(4):
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(<cnp.ndarray>x), st
+    cdef int a
+    cdef bint empty = cnp.PyArray_SIZE(<cnp.ndarray>x) == 0
+    for a in range(nd):
         st = cnp.PyArray_STRIDE(<cnp.ndarray>x, a)
-        if cnp.PyArray_DIM(<cnp.ndarray>x, a) <= 1:
-            st = 0   # never stepped along
-        elif st < 0 or st % item or (a == 3 and st != item):
+        if empty or cnp.PyArray_DIM(<cnp.ndarray>x, a) <= 1:
+            st = 0
+        elif st < 0 or st % item or (a == nd - 1 and st != item):
             return False
-        if a < 3:
-            out[a] = st // item
+        out[a] = st // item
+    return True
+
+
+cdef bint _row_strides(object x, Py_ssize_t* out) noexcept:
+    """out[0:3] = the (batch, head, row) element strides of a 4-D work array (_element_strides)."""
+    cdef Py_ssize_t st[4]
+    if not _element_strides(x, 4, st):
+        return False
+    out[0], out[1], out[2] = st[0], st[1], st[2]
     return True
 
 
@@ -69,31 +77,17 @@ cdef inline void* _data_rows(object x, int typenum) except NULL:
 
 cdef bint _rows_heads(object x, Py_ssize_t* sr, Py_ssize_t* sh) noexcept:
     """sr, sh = the element strides of a row and of a head of a validated [T, H, D] work array, or
-    of a [NB, BS, H, D] one whose NB * BS rows are evenly spaced; the D elements of a row
-    adjacent.  False when x is not such an array (the entry then passes a C-contiguous copy)."""
-    if not cnp.PyArray_Check(x) or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x):
+    of a [NB, BS, H, D] one whose NB * BS rows are evenly spaced (_element_strides); False when x
+    is not such an array (the entry then passes a C-contiguous copy)."""
+    cdef Py_ssize_t st[4]
+    cdef int nd = cnp.PyArray_NDIM(<cnp.ndarray>x) if cnp.PyArray_Check(x) else 0
+    if (nd != 3 and nd != 4) or not _element_strides(x, nd, st):
         return False
-    cdef int nd = cnp.PyArray_NDIM(<cnp.ndarray>x), a
-    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(<cnp.ndarray>x), st[4]
-    if nd != 3 and nd != 4:
-        return False
-    if cnp.PyArray_SIZE(<cnp.ndarray>x) == 0:   # nothing is read
-        sr[0] = sh[0] = 0
-        return True
-    for a in range(nd):
-        st[a] = cnp.PyArray_STRIDE(<cnp.ndarray>x, a)
-        if cnp.PyArray_DIM(<cnp.ndarray>x, a) <= 1:
-            st[a] = 0   # never stepped along
-        elif st[a] < 0 or st[a] % item or (a == nd - 1 and st[a] != item):
-            return False
-        st[a] //= item
     sh[0] = st[nd - 2]
-    if nd == 3:
-        sr[0] = st[0]
-    elif cnp.PyArray_DIM(<cnp.ndarray>x, 0) <= 1:
-        sr[0] = st[1]
+    if nd == 3 or cnp.PyArray_DIM(<cnp.ndarray>x, 0) <= 1 or cnp.PyArray_SIZE(<cnp.ndarray>x) == 0:
+        sr[0] = st[nd - 3]           # one row axis, or one block (or nothing to read)
     elif cnp.PyArray_DIM(<cnp.ndarray>x, 1) <= 1:
-        sr[0] = st[0]
+        sr[0] = st[0]                # blocks of one row
     elif st[0] == cnp.PyArray_DIM(<cnp.ndarray>x, 1) * st[1]:
         sr[0] = st[1]
     else:
@@ -443,7 +437,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         per_thread = 2 * BR_NAIVE * sh.D + BR_NAIVE * ntiles * BC
     else:
         ntasks = flash_tasks(&sh, chunk)
-        per_thread = 2 * BR_FLASH * sh.D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * D2
+        per_thread = flash_scratch(sh.D)
     cdef int nt = <int>min(nthreads, ntasks)
     # V's keys paired once per kv head where P V takes the tiles (fc_amx.h), not per query tile
     cdef bint vpairs = bf16_pairs and not naive and fc_bf16_on_tiles()
@@ -748,8 +742,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
             task_seq[t], task_local[t] = s, j
             t += 1
     cdef int nt = <int>min(_threads_for(nthreads, macs), ntasks)
-    cdef Py_ssize_t D2 = (D + 1) // 2
-    cdef Py_ssize_t per_thread = 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * D2
+    cdef Py_ssize_t per_thread = flash_scratch(D)
     buf = _scratch("varlen:decodes", nt * per_thread * sizeof(real_t))
     cdef real_t* scratch = <real_t*>_aligned(buf)
     with nogil:

@@ -102,6 +102,11 @@ cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nhe
         pack_head_tile_pairs(x, l, head0, task, ntiles, Sk, D, out, keys_paired)
 
 
+cdef inline Py_ssize_t flash_scratch(Py_ssize_t D) noexcept nogil:
+    """The work-type elements of one thread's flash_task scratch: Q, S, O, m, l and Q's bf16 pairs."""
+    return 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * ((D + 1) // 2)
+
+
 cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
     """GQA with few query rows: a kv head's G query heads, Sq rows each (one in a decode step),
     make its tiles, head after head (see flash_task); a decode step always, more rows where the
