@@ -3,8 +3,9 @@
 ``fuel_cy.torch.<kernel>`` has the name and signature of ``fuel_cy.<kernel>`` but takes and
 returns ``torch.Tensor`` (float32, float64, bfloat16, float16; int32 or uint32 for block tables and
 context lengths).  Behind it is the op ``torch.ops.fuel_cy.<kernel>``, with a fake implementation
-so ``torch.compile(fullgraph=True)`` traces it; ``attention_flash`` and ``attention_flash_mixed``
-are differentiable in ``q``, ``k`` and ``v``.  An eager call with nothing for torch to record (plain
+so ``torch.compile(fullgraph=True)`` traces it; ``attention_flash``, ``attention_flash_mixed``,
+``attention_varlen`` and ``attention_masked`` (so ``scaled_dot_product_attention``) are
+differentiable in ``q``, ``k`` and ``v``.  An eager call with nothing for torch to record (plain
 CPU tensors, no gradient, no tracing) calls the numpy kernel directly instead: the same kernel and
 bits, without the dispatcher's ~30 us (a decode-sized call costs ~8 us more than the numpy entry).
 
@@ -38,7 +39,9 @@ _PARAM_TYPES: dict[str, type] = {"f32": float, "f64": float, "bool": bool}  # us
 # The backward kernel of each differentiable forward.  The pairing is stated in the contracts'
 # prose only, so it is written here once; the wiring below reads everything else from them.
 _GRADIENTS = {"attention_flash": "attention_flash_backward",
-              "attention_flash_mixed": "attention_flash_backward_mixed"}
+              "attention_flash_mixed": "attention_flash_backward_mixed",
+              "attention_varlen": "attention_varlen_backward",
+              "attention_masked": "attention_masked_backward"}
 # k_len = n reads only the first n keys, which is the forward on the slice [..., :n, :] of every
 # input with this dim; the backward kernels have no k_len, so they run on that slice.
 _KEY_DIM = "Sk"
@@ -108,8 +111,11 @@ def _op_signature(kernel: Kernel, fn: Callable[..., Any]) -> inspect.Signature:
     """The numpy kernel's signature, annotated for torch.library's schema inference."""
     inputs = {spec.name: spec for spec in kernel.inputs}
     kinds = {f.name: f.base_kind for f in kernel.op_params.fields}
+    buffers = {o.caller_buffer for o in kernel.returns.items if o.caller_buffer}
     params = []
     for p in inspect.signature(fn).parameters.values():
+        if p.name in buffers:   # (an op returns fresh tensors; the public call copies into a given one)
+            continue
         if p.name in inputs:
             ann: Any = Optional[torch.Tensor] if inputs[p.name].optional else torch.Tensor
         else:
@@ -175,25 +181,56 @@ def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: 
     """Make ``op`` differentiable in its tensor inputs through ``backward_op``.
 
     The backward kernel takes the forward's inputs plus the output's gradient (its one input the
-    forward lacks) and returns one gradient per input its output rules name (dq for q, ...);
-    other inputs (ALiBi slopes) get no gradient.
+    forward lacks) and returns one gradient per input its output rules name (dq for q, ...).
+    Other inputs get no gradient: index inputs never need one; a float input (ALiBi slopes,
+    attn_bias) that requires one is an error at backward, not a silent None.  A forward input
+    the backward kernel does not take (block_table) must be absent.  A second output's gradient
+    (attention_varlen's lse) goes to the backward's input named d<output> (dlse); a backward
+    without one refuses a nonzero gradient there.
     """
     names = [spec.name for spec in forward.inputs]
+    taken = {spec.name for spec in backward.inputs}
     grad_input = next(spec.name for spec in backward.inputs if spec.name not in names)
     grad_of = {o.shape_source: i for i, o in enumerate(backward.returns.items)}
     params = [f.name for f in backward.op_params.fields]
     key_axis = {spec.name: spec.dims.index(_KEY_DIM) for spec in forward.inputs if _KEY_DIM in spec.dims}
+    floats = {spec.name for spec in forward.inputs if any(DTYPES[d].is_float for d in spec.dtypes)}
+    extra_outputs = [o.name for o in forward.returns.items[1:]]
+    extra_grads = {f"d{name}" for name in extra_outputs} & taken
+
+    def refuse(clause: str, received: str) -> None:
+        raise InputError(backward.name, "autograd", clause, received, "fuel_cy.torch")
 
     def setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
         ctx.save_for_backward(*inputs)
         ctx.params = keyword_only_inputs
 
-    def backward_fn(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
-        inputs = dict(zip(names, ctx.saved_tensors))
+    def backward_fn(ctx: Any, grad: torch.Tensor, *more: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:
+        given: dict[str, Optional[torch.Tensor]] = dict.fromkeys(extra_grads)
+        for name, g in zip(extra_outputs, more):
+            if g is None or g.numel() == 0:   # (an output not asked for is an empty tensor)
+                continue
+            if f"d{name}" in extra_grads:
+                given[f"d{name}"] = g.float().contiguous()
+            elif bool(g.ne(0).any()):
+                refuse(f"{forward.name}'s gradient is taken through its first output only",
+                       f"a nonzero gradient for its output {name!r}")
+        # (inputs after the last one the call passed are absent: their defaults, None)
+        inputs: dict[str, Optional[torch.Tensor]] = dict.fromkeys(names)
+        inputs.update(zip(names, ctx.saved_tensors))
+        needs = tuple(ctx.needs_input_grad) + (False,) * len(names)
+        for i, name in enumerate(names):
+            if name not in taken and inputs[name] is not None:
+                refuse(f"{backward.name} takes no {name!r} (see its contract's Limitations)",
+                       f"a forward called with {name!r}")
+            if needs[i] and name not in grad_of and name in floats:
+                refuse(f"{backward.name} returns no gradient for {name!r}",
+                       f"{name!r} requires grad; detach it (it is an input, not a variable, of the backward)")
         k_len = ctx.params.get("k_len")
         sliced = {name: t.narrow(key_axis[name], 0, k_len) if k_len is not None and name in key_axis else t
                   for name, t in inputs.items()}
-        args = [grad if spec.name == grad_input else sliced[spec.name] for spec in backward.inputs]
+        args = [grad.contiguous() if spec.name == grad_input else given[spec.name] if spec.name in given
+                else sliced[spec.name] for spec in backward.inputs]
         grads = backward_op(*args, **{p: ctx.params[p] for p in params})
         out: list[Optional[torch.Tensor]] = []
         for name in names:
@@ -231,8 +268,15 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
     dtypes = {spec.name: spec.dtypes for spec in kernel.inputs}
     strided = _strided_inputs(kernel)
     n_in = len(tensors)
+    buffers = [(n, o.caller_buffer) for n, o in enumerate(kernel.returns.items) if o.caller_buffer]
 
     def call(*args: Any, **kwargs: Any) -> Any:
+        given = [(n, name, kwargs.pop(name)) for n, name in buffers if kwargs.get(name, None) is not None]
+        for name in [b for _, b in buffers if b in kwargs]:
+            del kwargs[name]   # (None: a new tensor)
+        if given:
+            inputs = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+            return _into_tensors(kernel.name, call(*args, **kwargs), given, inputs)
         direct = not _dispatch_needed()
         grad = direct and torch.is_grad_enabled()
         for i, name, optional in tensors:
@@ -260,13 +304,52 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
 
     call.__name__ = call.__qualname__ = kernel.name
     call.__module__ = __name__
-    call.__signature__ = sig  # type: ignore[attr-defined]
-    grad = (f" Differentiable in q, k and v through `{_GRADIENTS[kernel.name]}` (ALiBi slopes get no gradient)."
+    call.__signature__ = sig.replace(parameters=[  # type: ignore[attr-defined]
+        *sig.parameters.values(),
+        *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[torch.Tensor])
+          for _, name in buffers)])
+    grad = (f" Differentiable in q, k and v through `{_GRADIENTS[kernel.name]}` (its other float inputs get no "
+            "gradient: one that requires grad is an error at backward)."
             if kernel.name in _GRADIENTS else "")
     call.__doc__ = (f"{kernel.blurb}\n\n`fuel_cy.{kernel.name}` on CPU torch tensors (the op "
                     f"`torch.ops.fuel_cy.{kernel.name}`); same parameters, returns tensors that own the "
                     f"kernel's output memory. Non-contiguous inputs are copied once, except where the contract accepts strided views.{grad}")
     return call
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes [start, end) a tensor's elements can reach (an empty span for no elements)."""
+    if t.numel() == 0:
+        return (0, 0)
+    reach = sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
+    start = t.data_ptr() - sum((n - 1) * -st for n, st in zip(t.shape, t.stride()) if st < 0) * t.element_size()
+    return (start, start + (reach + 1) * t.element_size())
+
+
+def _into_tensors(kernel: str, result: Any, given: list[tuple[int, str, Any]], inputs: list[torch.Tensor]) -> Any:
+    """The kernel's result with each output written into the tensor the caller gave for it (its
+    contract's caller_buffer), which is returned in its place.  As torch's out= functions, not
+    differentiable; the tensor must have the output's dtype and shape and share no memory with
+    an input (the numpy entry checks those for arrays; here the fresh result is copied in)."""
+    outs = list(result) if isinstance(result, tuple) else [result]
+    for n, name, buf in given:
+        buf = _check_tensor(kernel, name, buf)
+        ref = outs[n]
+        if ref.requires_grad:
+            raise InputError(kernel, f"param {name!r}", "fuel_cy.torch: an out= tensor is not differentiable "
+                             "(as torch's out= functions)", "inputs that require grad; call it without out=")
+        if buf.dtype != ref.dtype or tuple(buf.shape) != tuple(ref.shape):
+            raise InputError(kernel, f"param {name!r}", "fuel_cy.torch: the output's dtype and shape",
+                             f"received {buf.dtype} {tuple(buf.shape)}, the output is {ref.dtype} {tuple(ref.shape)}")
+        lo, hi = _span(buf)
+        for t in inputs:
+            a, b = _span(t)
+            if t.device == buf.device and a < hi and lo < b:
+                raise InputError(kernel, f"param {name!r}", "fuel_cy.torch: the out= tensor shares no memory with an "
+                                 "input", f"a tensor whose memory overlaps an input of shape {tuple(t.shape)}")
+        buf.copy_(ref)
+        outs[n] = buf
+    return tuple(outs) if isinstance(result, tuple) else outs[0]
 
 
 def _build() -> dict[str, Callable[..., Any]]:
@@ -298,8 +381,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     """`fuel_cy.scaled_dot_product_attention` on CPU tensors: the arguments of
     `torch.nn.functional.scaled_dot_product_attention`, run by the op
     `torch.ops.fuel_cy.attention_masked` (traceable by `torch.compile(fullgraph=True)`). An
-    expanded mask (`expand`, stride 0) is read without being materialized. Forward only: the
-    masked kernel has no backward yet."""
+    expanded mask (`expand`, stride 0) is read without being materialized. Differentiable in
+    query, key and value (`attention_masked_backward`); a float `attn_mask` that requires grad is
+    an error at backward (the kernel gives the bias no gradient)."""
     if not _dispatch_needed():
         # nothing for torch to record: the numpy entry on the tensors' memory, without the op's
         # dispatch (the same kernel, the same bits; a decode step's call is dominated by that cost).

@@ -42,12 +42,12 @@ def test_entry_points_link_registry():
     ep = fuel_cy.ENTRY_POINTS
     assert ep["fuel_reference_backend::attention::attention_flash"] is fuel_cy.attention_flash
     assert ep["fuel_cy::mixed::attention_flash_mixed"] is fuel_cy.attention_flash_mixed
-    assert len(ep) == len(fuel_cy.registry) == 9
+    assert len(ep) == len(fuel_cy.registry) == 11
 
 
 def test_revision_hashes_are_distinct_and_stable():
     hashes = {e.revision_hash for e in fuel_cy.registry.values()}
-    assert len(hashes) == len(fuel_cy.registry) == 9
+    assert len(hashes) == len(fuel_cy.registry) == 11
     from fuel_cy.codegen import render, Layout
 
     fm = render(Layout(ROOT))

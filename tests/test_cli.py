@@ -108,7 +108,8 @@ def test_list_json_schema_is_stable():
     assert by_contract == {
         "fuel-reference-backend.md": ["attention_naive", "attention_flash", "attention_paged_naive", "attention_flash_backward"],
         "fuel-cy-mixed.md": ["attention_flash_mixed", "attention_paged_mixed", "attention_flash_backward_mixed"],
-        "fuel-cy-model.md": ["attention_varlen", "attention_masked"],
+        "fuel-cy-model.md": ["attention_varlen", "attention_masked", "attention_varlen_backward",
+                             "attention_masked_backward"],
     }
     assert set(data["kernels"][0]) == {"name", "contract", "fused_op", "fused_op_id", "dtypes", "compute", "exec_arm",
                                        "exec_dtypes", "exec_wired", "revision_hash", "entry_point", "implemented"}
@@ -166,7 +167,7 @@ def test_demo_verifies_every_kernel_and_dtype():
 
     rows = [l for l in r.stdout.splitlines() if l.startswith("attention_")]
     expected = [(name, d) for name, e in fuel_cy.registry.items() for d in e.dtypes]
-    assert len(expected) == 30 and [tuple(l.split()[:2]) for l in rows] == expected
+    assert len(expected) == 38 and [tuple(l.split()[:2]) for l in rows] == expected
     assert all(l.rstrip().endswith("yes") for l in rows)
 
 
@@ -409,7 +410,7 @@ def test_validate_in_a_checkout_also_checks_what_generate_checks(tmp_path):
     checkout = _checkout(tmp_path / "clone")
     r = cli("validate", cwd=checkout)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "9 kernels fit the fused-op table, python-api.yaml and the core's drivers" in r.stdout
+    assert "11 kernels fit the fused-op table, python-api.yaml and the core's drivers" in r.stdout
     mixed = checkout / "contracts" / "fuel-cy-mixed.md"
     text = mixed.read_text()
     at = text.index("kernel: attention_paged_mixed")

@@ -122,3 +122,25 @@ def test_stale_build_warns_with_the_rebuild_command(rebuilt):
         assert "StaleBuildWarning" in r.stderr and "fuel-cy build" in r.stderr
     finally:
         contract.write_text(original)
+
+
+def test_tables_ahead_of_a_failed_build_still_import():
+    """The tables (Python) are written before the extension compiles: after a failed build they
+    list a kernel the compiled module lacks.  The package must still import (`fuel-cy build`
+    imports it to rebuild), and that kernel must say how to fix it when called."""
+    code = textwrap.dedent("""
+        import importlib, types
+        import fuel_cy._generated as gen
+        import fuel_cy.runtime.registry as reg
+        real = gen._kernels
+        gen._kernels = types.SimpleNamespace(**{k: v for k, v in vars(real).items() if k != "attention_masked"})
+        reg = importlib.reload(reg)
+        assert reg.registry["attention_flash"].fn is real.attention_flash
+        try:
+            reg.registry["attention_masked"].fn()
+        except RuntimeError as exc:
+            assert "attention_masked" in str(exc) and "fuel-cy build" in str(exc), exc
+        else:
+            raise AssertionError("no error")
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -130,7 +130,8 @@ def test_kernel_page_documents_every_parameter_in_python_terms(browser, server, 
     _open(browser, f"{server}/kernels/{kernel.name}/")
     tables = browser.execute_script(TABLES)
     params = next(t for t in tables if t["head"] == ["parameter", "type", "default", "description"])
-    names = [i.name for i in kernel.inputs] + [f.name for f in kernel.op_params.fields]
+    names = ([i.name for i in kernel.inputs] + [f.name for f in kernel.op_params.fields]
+             + [o.caller_buffer for o in kernel.returns.items if o.caller_buffer])
     assert [row[0] for row in params["rows"]] == names
     for name, typ, default, description in params["rows"]:
         assert description and "not described" not in description, name
@@ -215,7 +216,8 @@ def test_api_page_documents_the_public_names(browser, server):
             }
             return out;""", browser.find_element("id", f"fuel_cy.{kernel.name}"))
         params = sections["Parameters:"]
-        names = [i.name for i in kernel.inputs] + [f.name for f in kernel.op_params.fields]
+        names = ([i.name for i in kernel.inputs] + [f.name for f in kernel.op_params.fields]
+             + [o.caller_buffer for o in kernel.returns.items if o.caller_buffer])
         assert [row[0] for row in params] == names
         for name, typ, description, default in params:
             assert description, (kernel.name, name)

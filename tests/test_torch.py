@@ -91,11 +91,15 @@ def _opcheck_cases():
         yield f"attention_paged{suffix or '_naive'}", (torch.randn(2, 2, 1, 4).to(dtype), pool.to(dtype),
                                                       pool.to(dtype), table, lens), {}
     yield "attention_naive", (x, kv, kv), {"window_size_left": 1}
-    yield "attention_varlen", (torch.randn(9, 2, 4), torch.randn(12, 1, 4), torch.randn(12, 1, 4),
-                               torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 7, 12], dtype=torch.int32)), \
-        {"causal": True, "return_lse": True}
-    yield "attention_masked", (torch.randn(2, 2, 5, 4), torch.randn(2, 1, 7, 4), torch.randn(2, 1, 7, 4),
-                               torch.rand(2, 1, 1, 7) < 0.6, torch.randn(1, 2, 5, 7)), {"softcap": 4.0}
+    cu_q, cu_k = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 7, 12], dtype=torch.int32)
+    vq, vk = torch.randn(9, 2, 4), torch.randn(12, 1, 4)
+    yield "attention_varlen", (vq.clone().requires_grad_(), vk.clone().requires_grad_(), vk.clone().requires_grad_(),
+                               cu_q, cu_k), {"causal": True, "return_lse": True}
+    yield "attention_varlen_backward", (vq, vk, vk, vq, cu_q, cu_k, None, None, torch.randn(2, 9)), {"causal": True}
+    mq, mk, mask = torch.randn(2, 2, 5, 4), torch.randn(2, 1, 7, 4), torch.rand(2, 1, 1, 7) < 0.6
+    yield "attention_masked", (mq.clone().requires_grad_(), mk.clone().requires_grad_(), mk.clone().requires_grad_(),
+                               mask, torch.randn(1, 2, 5, 7)), {"softcap": 4.0}
+    yield "attention_masked_backward", (mq, mk, mk, mq, mask, torch.randn(1, 2, 5, 7)), {"softcap": 4.0}
 
 
 OPCHECK = {name: (args, kwargs) for name, args, kwargs in _opcheck_cases()}

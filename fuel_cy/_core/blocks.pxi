@@ -33,7 +33,8 @@ cdef struct AttnOpts:
                       # Sk - Sq: bottom-right, attention_varlen's per-sequence alignment)
     fc_interrupt* it  # this call's Ctrl-C state, polled between tasks
     float* lse        # the flash forward's log-sum-exp per row, or NULL: row i of the flattened head
-    Py_ssize_t lse_ld # index b * Hq + h is lse[(b * Hq + h) * lse_ld + i] (+inf: nothing admissible)
+    Py_ssize_t lse_ld # index b * Hq + h is lse[(b * Hq + h) * lse_ld + i] (+inf: nothing admissible);
+                      # in the backward, the gradient of that lse (read only)
     int k_rows        # the flash forward's scores are row dots with K's rows where they lie (a
                       # decode step: one query row per head; packing K^T would cost more than them)
     # a decode step under float32 compute on bf16/f16 K and V: their rows read in place in their

@@ -519,8 +519,14 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
 
 cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
                       const real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
-                      tuple dims, dict params, int nthreads, bint bf16_pairs):
-    """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps."""
+                      tuple dims, dict params, int nthreads, bint bf16_pairs, Py_ssize_t shift=0,
+                      bint alibi_abs=False, const unsigned char* mask=NULL, const real_t* bias=NULL,
+                      tuple mask_dims=None, const float* dlse=NULL, Py_ssize_t dlse_ld=0):
+    """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps.  shift,
+    alibi_abs, mask, bias, mask_dims: as _forward's (the masks' alignment, flash-attn's ALiBi
+    form, attention_masked's boolean mask and additive bias), so each forward's scores are
+    recomputed as it made them.  dlse: the gradient of the forward's log-sum-exp, row i of the
+    flattened head bh at dlse[bh * dlse_ld + i] (AttnOpts.lse), or NULL."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     _layouts(&sh, NULL)
@@ -530,7 +536,16 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
         memset(dv, 0, sh.B * sh.Hkv * sh.Sk * sh.D * sizeof(real_t))
         return
     nthreads = _threads_for(nthreads, _sat_mul(sh.B * sh.Hq * sh.Sq * sh.D, sh.Sk))
-    cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk)
+    cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
+    o.alibi_abs = alibi_abs
+    if mask != NULL:
+        o.mask = mask
+        _mask_strides(mask_dims[:3], &sh, &o.m_sb, &o.m_sh, &o.m_si)
+    if bias != NULL:
+        o.bias = bias
+        _mask_strides(mask_dims[3:], &sh, &o.a_sb, &o.a_sh, &o.a_si)
+    o.lse = <float*>dlse   # (read, never written, by the backward)
+    o.lse_ld = dlse_ld
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
     cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
@@ -584,6 +599,74 @@ cdef void _gather_rows(const real_t* x, const unsigned short* x16, int is_f16, c
                     fc_widen_half(x16 + r * sr + h * sh, out + (h * n + i) * D, D, is_f16)
             else:
                 memcpy(out + (h * n + i) * D, x + r * sr + h * sh, D * sizeof(real_t))
+
+
+cdef void _scatter_rows(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D,
+                        real_t* out, int nthreads) noexcept nogil:
+    """_gather_rows undone for a packed C-contiguous [rows, H, D] array: x [H, n, D] written to
+    rows row0 .. row0 + n of out."""
+    cdef Py_ssize_t h, i
+    for i in prange(n, schedule='static', num_threads=nthreads):
+        for h in range(H):
+            memcpy(out + ((row0 + i) * H + h) * D, x + (h * n + i) * D, D * sizeof(real_t))
+
+
+cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
+                             const unsigned int* cu_q, const unsigned int* cu_k, const unsigned int* used,
+                             const real_t* slopes, Py_ssize_t slopes_ld, const float* dlse, real_t* dq,
+                             real_t* dk, real_t* dv, tuple dims, dict params, int nthreads, bint bf16_pairs):
+    """The gradients of _varlen for packed keys: q, dout [Tq, Hq, D], k, v [NB * BS, Hkv, D], all
+    C-contiguous (the validators checked the offsets and lengths: every row read lies in the
+    arrays).  Each sequence's rows are gathered into [1, H, l, D] operands and run through
+    _backward with its bottom-right shift and flash-attn's ALiBi form; its gradients are scattered
+    back.  Rows no sequence reads (past seqused_k, or a sequence without queries or keys) get
+    zero gradients.  dlse: the gradient of the forward's lse, [Hq, Tq] float32, or NULL."""
+    cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
+    Tq, NB, BS, B1, Hq, Hkv, D = dims
+    cdef Py_ssize_t Tk = NB * BS, b, q0, k0, lq, lk
+    memset(dq, 0, Tq * Hq * D * sizeof(real_t))
+    memset(dk, 0, Tk * Hkv * D * sizeof(real_t))
+    memset(dv, 0, Tk * Hkv * D * sizeof(real_t))
+    if Hq * D == 0:
+        return
+    dt = _np.float32 if real_t is float else _np.float64
+    cdef int nt
+    cdef real_t* qg
+    cdef real_t* dog
+    cdef real_t* kg
+    cdef real_t* vg
+    cdef real_t* dqg
+    cdef real_t* dkg
+    cdef real_t* dvg
+    for b in range(B1 - 1):
+        q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
+        k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
+        if used != NULL:
+            lk = used[b]
+        if lq == 0 or lk == 0:
+            continue
+        # one buffer per sequence: q, dout, dq [Hq, lq, D], then k, v, dk, dv [Hkv, lk, D]
+        buf = _temp("varlen_bwd", (3 * Hq * lq * D + 4 * Hkv * lk * D,), dt)
+        qg = <real_t*>cnp.PyArray_DATA(<cnp.ndarray>buf)
+        dog = qg + Hq * lq * D
+        dqg = dog + Hq * lq * D
+        kg = dqg + Hq * lq * D
+        vg = kg + Hkv * lk * D
+        dkg = vg + Hkv * lk * D
+        dvg = dkg + Hkv * lk * D
+        nt = _threads_for(nthreads, _sat_mul(lq + lk, Hq * D * 16))   # copies: a team only when large
+        with nogil:
+            _gather_rows(q, NULL, 0, NULL, 1, q0, lq, Hq, D, Hq * D, D, qg, nt)
+            _gather_rows(dout, NULL, 0, NULL, 1, q0, lq, Hq, D, Hq * D, D, dog, nt)
+            _gather_rows(k, NULL, 0, NULL, 1, k0, lk, Hkv, D, Hkv * D, D, kg, nt)
+            _gather_rows(v, NULL, 0, NULL, 1, k0, lk, Hkv, D, Hkv * D, D, vg, nt)
+        _backward(tag, qg, kg, vg, dog, slopes + b * slopes_ld if slopes != NULL else NULL, dqg, dkg, dvg,
+                  (1, Hq, Hkv, lq, lk, D), params, nthreads, bf16_pairs, lk - lq, True, NULL, NULL, None,
+                  dlse + q0 if dlse != NULL else NULL, Tq)
+        with nogil:
+            _scatter_rows(dqg, q0, lq, Hq, D, dq, nt)
+            _scatter_rows(dkg, k0, lk, Hkv, D, dk, nt)
+            _scatter_rows(dvg, k0, lk, Hkv, D, dv, nt)
 
 
 cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,

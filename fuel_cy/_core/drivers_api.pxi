@@ -164,3 +164,52 @@ cdef object drive_attention_masked_half(RoundNone tag, const float* q, const flo
     _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False,
              bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, attn_mask, attn_bias, mask_dims, False,
              strides, NULL, 0, k16, v16, is_f16)
+
+
+# ---- the model-facing kernels' backwards: dq, dk, dv ---------------------------------------------
+
+
+cdef object drive_attention_varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
+                                            const real_t* dout, const unsigned int* cu_seqlens_q,
+                                            const unsigned int* cu_seqlens_k, const real_t* slopes,
+                                            Py_ssize_t slopes_ld, const unsigned int* seqused_k,
+                                            const float* dlse, real_t* dq, real_t* dk, real_t* dv, tuple dims,
+                                            dict params, int nthreads):
+    """The gradients of drive_attention_varlen for packed keys; dims as it takes them (Tq, NB, BS,
+    B1, Hq, Hkv, D), k and v read as NB * BS rows; q, k, v and dout C-contiguous; slopes as it
+    takes them; dlse: the gradient of its lse, [Hq, Tq] C-contiguous float32, or NULL (zero)."""
+    _varlen_backward(tag, q, k, v, dout, cu_seqlens_q, cu_seqlens_k, seqused_k, slopes, slopes_ld, dlse, dq, dk,
+                     dv, dims, params, nthreads, False)
+
+
+cdef object drive_attention_varlen_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
+                                                 const float* dout, const unsigned int* cu_seqlens_q,
+                                                 const unsigned int* cu_seqlens_k, const float* slopes,
+                                                 Py_ssize_t slopes_ld, const unsigned int* seqused_k,
+                                                 const float* dlse, float* dq, float* dk, float* dv, tuple dims,
+                                                 dict params, int nthreads, int is_f16):
+    """drive_attention_varlen_backward on bf16/f16 inputs widened exactly, under float32 compute
+    (bf16 S and dP by vdpbf16ps or AMX tiles where the CPU has them, as
+    drive_attention_flash_backward_half)."""
+    _varlen_backward(tag, q, k, v, dout, cu_seqlens_q, cu_seqlens_k, seqused_k, slopes, slopes_ld, dlse, dq, dk,
+                     dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16)
+
+
+cdef object drive_attention_masked_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
+                                            const real_t* dout, const unsigned char* attn_mask,
+                                            const real_t* attn_bias, real_t* dq, real_t* dk, real_t* dv,
+                                            tuple dims, dict params, int nthreads, tuple mask_dims):
+    """The gradients of drive_attention_masked: its masks (mask_dims as it takes them), q, k, v
+    and dout C-contiguous."""
+    _backward(tag, q, k, v, dout, NULL, dq, dk, dv, dims, params, nthreads, False, 0, False, attn_mask, attn_bias,
+              mask_dims)
+
+
+cdef object drive_attention_masked_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
+                                                 const float* dout, const unsigned char* attn_mask,
+                                                 const float* attn_bias, float* dq, float* dk, float* dv,
+                                                 tuple dims, dict params, int nthreads, tuple mask_dims,
+                                                 int is_f16):
+    """drive_attention_masked_backward on bf16/f16 inputs widened exactly, under float32 compute."""
+    _backward(tag, q, k, v, dout, NULL, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16,
+              0, False, attn_mask, attn_bias, mask_dims)

@@ -11,8 +11,10 @@
 # The convention (codegen/cores.py BINDINGS says which kernel calls which driver with which dims):
 #   driver       a drive_* name of drivers_api.pxi, without the prefix: attention_naive,
 #                attention_flash, attention_paged_naive, attention_flash_backward, attention_varlen,
-#                attention_masked, or a half driver (attention_flash_half, attention_paged_half,
-#                attention_flash_backward_half, attention_varlen_half, attention_masked_half)
+#                attention_masked, attention_varlen_backward, attention_masked_backward, or a half
+#                driver (attention_flash_half, attention_paged_half, attention_flash_backward_half,
+#                attention_varlen_half, attention_masked_half, attention_varlen_backward_half,
+#                attention_masked_backward_half)
 #   code         the contract dtype of the float inputs (F32, F64, BF16, F16)
 #   f32_compute  run under the float32 policy (precision.compute: f32) instead of math in T
 #   inputs       the validated arrays in the driver's order (cores.py Driver.inputs); None for an
@@ -34,12 +36,20 @@ cdef enum:
     _DRV_VARLEN_HALF = 8
     _DRV_MASKED = 9
     _DRV_MASKED_HALF = 10
+    _DRV_VARLEN_BACKWARD = 11
+    _DRV_VARLEN_BACKWARD_HALF = 12
+    _DRV_MASKED_BACKWARD = 13
+    _DRV_MASKED_BACKWARD_HALF = 14
 
 _DRIVERS = {"attention_naive": _DRV_NAIVE, "attention_flash": _DRV_FLASH, "attention_flash_half": _DRV_FLASH_HALF,
             "attention_paged_naive": _DRV_PAGED, "attention_paged_half": _DRV_PAGED_HALF,
             "attention_flash_backward": _DRV_BACKWARD, "attention_flash_backward_half": _DRV_BACKWARD_HALF,
             "attention_varlen": _DRV_VARLEN, "attention_varlen_half": _DRV_VARLEN_HALF,
-            "attention_masked": _DRV_MASKED, "attention_masked_half": _DRV_MASKED_HALF}
+            "attention_masked": _DRV_MASKED, "attention_masked_half": _DRV_MASKED_HALF,
+            "attention_varlen_backward": _DRV_VARLEN_BACKWARD,
+            "attention_varlen_backward_half": _DRV_VARLEN_BACKWARD_HALF,
+            "attention_masked_backward": _DRV_MASKED_BACKWARD,
+            "attention_masked_backward_half": _DRV_MASKED_BACKWARD_HALF}
 DRIVERS = tuple(_DRIVERS)   # for the tests: every driver this core can run
 
 
@@ -102,7 +112,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     cdef int tn = cnp.NPY_FLOAT32 if real_t is float else cnp.NPY_FLOAT64
     cdef int u32 = cnp.NPY_UINT32
     cdef bint halfdrv = (driver == _DRV_FLASH_HALF or driver == _DRV_PAGED_HALF or driver == _DRV_BACKWARD_HALF
-                         or driver == _DRV_VARLEN_HALF or driver == _DRV_MASKED_HALF)
+                         or driver == _DRV_VARLEN_HALF or driver == _DRV_MASKED_HALF
+                         or driver == _DRV_VARLEN_BACKWARD_HALF or driver == _DRV_MASKED_BACKWARD_HALF)
     npwork = "float32" if real_t is float else "float64"
     if halfdrv and not (narrow and real_t is float and (rnd_t is RoundNone or driver == _DRV_PAGED_HALF)):
         return NotImplemented
@@ -157,16 +168,66 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                            <const unsigned int*>_ptr(lens, u32), <const float*>_ptr(s_a, tn),
                                            <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
+    if driver == _DRV_MASKED_BACKWARD or driver == _DRV_MASKED_BACKWARD_HALF:
+        q, k, v, do, mask, bias = ins
+        mask, bias, mdims = _full_key_masks(mask, bias, _dim(k, 2))
+        q_a = _win(q, npwork, code, narrow, nthreads, "q")
+        k_a = _win(k, npwork, code, narrow, nthreads, "k")
+        v_a = _win(v, npwork, code, narrow, nthreads, "v")
+        do_a = _win(do, npwork, code, narrow, nthreads, "do_grad")
+        b_a = _win(bias, npwork, code, narrow, nthreads, "attn_bias")
+        dq = _out("out:dq", q, npwork, narrow, tn)
+        dk = _out("out:dk", k, npwork, narrow, tn)
+        dv = _out("out:dv", v, npwork, narrow, tn)
+        if driver == _DRV_MASKED_BACKWARD:
+            drive_attention_masked_backward(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
+                                            <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(do_a, tn),
+                                            <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
+                                            <const real_t*>_ptr(b_a, tn), <real_t*>_ptr(dq, tn),
+                                            <real_t*>_ptr(dk, tn), <real_t*>_ptr(dv, tn), dims, params, nthreads,
+                                            mdims)
+        elif rnd_t is RoundNone and real_t is float:
+            drive_attention_masked_backward_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
+                                                 <const float*>_ptr(v_a, tn), <const float*>_ptr(do_a, tn),
+                                                 <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
+                                                 <const float*>_ptr(b_a, tn), <float*>_ptr(dq, tn),
+                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params,
+                                                 nthreads, mdims, is_f16)
+        return _grads(dq, dk, dv, code, narrow, nthreads)
+    if driver == _DRV_VARLEN_BACKWARD or driver == _DRV_VARLEN_BACKWARD_HALF:
+        q, k, v, do, cu_q, cu_k, s, used, dlse = ins
+        # [Hq, Tq] float32 (a dim of 1 broadcasts: expanded here)
+        if dlse is not None:
+            dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 1), _dim(q, 0))), _np.float32)
+        q_a = _win(q, npwork, code, narrow, nthreads, "q")
+        k_a = _win(k, npwork, code, narrow, nthreads, "k")
+        v_a = _win(v, npwork, code, narrow, nthreads, "v")
+        do_a = _win(do, npwork, code, narrow, nthreads, "do_grad")
+        s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
+        s_ld = _dim(s_a, 1) if s_a is not None and _dim(s_a, 0) > 1 else 0
+        dq = _out("out:dq", q, npwork, narrow, tn)
+        dk = _out("out:dk", k, npwork, narrow, tn)
+        dv = _out("out:dv", v, npwork, narrow, tn)
+        if driver == _DRV_VARLEN_BACKWARD:
+            drive_attention_varlen_backward(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
+                                            <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(do_a, tn),
+                                            <const unsigned int*>_ptr(cu_q, u32), <const unsigned int*>_ptr(cu_k, u32),
+                                            <const real_t*>_ptr(s_a, tn), s_ld, <const unsigned int*>_ptr(used, u32),
+                                            <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <real_t*>_ptr(dq, tn),
+                                            <real_t*>_ptr(dk, tn), <real_t*>_ptr(dv, tn), dims, params, nthreads)
+        elif rnd_t is RoundNone and real_t is float:
+            drive_attention_varlen_backward_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
+                                                 <const float*>_ptr(v_a, tn), <const float*>_ptr(do_a, tn),
+                                                 <const unsigned int*>_ptr(cu_q, u32),
+                                                 <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn),
+                                                 s_ld, <const unsigned int*>_ptr(used, u32),
+                                                 <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <float*>_ptr(dq, tn),
+                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params, nthreads,
+                                                 is_f16)
+        return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_MASKED or driver == _DRV_MASKED_HALF:
         q, k, v, mask, bias = ins
-        sk = _dim(k, 2)
-        # a key dim of 1 broadcasts too: expanded here (the cores read a mask row as Sk keys)
-        if mask is not None and _dim(mask, 3) != sk:
-            mask = _np.ascontiguousarray(_np.broadcast_to(mask, mask.shape[:3] + (sk,)))
-        if bias is not None and _dim(bias, 3) != sk:
-            bias = _np.ascontiguousarray(_np.broadcast_to(bias, bias.shape[:3] + (sk,)))
-        mdims = ((mask.shape[:3] if mask is not None else (1, 1, 1))
-                 + (bias.shape[:3] if bias is not None else (1, 1, 1)))
+        mask, bias, mdims = _full_key_masks(mask, bias, _dim(k, 2))
         b_a = _win(bias, npwork, code, narrow, nthreads, "attn_bias")
         out = _out("out:out", q, npwork, narrow, tn)
         if driver == _DRV_MASKED:
@@ -261,6 +322,23 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                 <const float*>_ptr(s_a, tn), <float*>_ptr(dq, tn),
                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params,
                                                 nthreads, is_f16)
+    return _grads(dq, dk, dv, code, narrow, nthreads)
+
+
+cdef inline tuple _grads(object dq, object dk, object dv, str code, bint narrow, int nthreads):
+    """A backward driver's three work arrays as the kernel returns them (rounded once to T)."""
     if narrow:
         return _from_work(dq, code, nthreads), _from_work(dk, code, nthreads), _from_work(dv, code, nthreads)
     return dq, dk, dv
+
+
+cdef inline tuple _full_key_masks(object mask, object bias, Py_ssize_t sk):
+    """attention_masked's mask and bias as the cores read them, with (MB, MH, MQ, AB, AH, AQ):
+    a key dim of 1 broadcasts too, so it is expanded here (the cores read a mask row as Sk keys)."""
+    if mask is not None and _dim(mask, 3) != sk:
+        mask = _np.ascontiguousarray(_np.broadcast_to(mask, mask.shape[:3] + (sk,)))
+    if bias is not None and _dim(bias, 3) != sk:
+        bias = _np.ascontiguousarray(_np.broadcast_to(bias, bias.shape[:3] + (sk,)))
+    mdims = ((mask.shape[:3] if mask is not None else (1, 1, 1))
+             + (bias.shape[:3] if bias is not None else (1, 1, 1)))
+    return mask, bias, mdims

@@ -710,6 +710,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t delta, ds
+    cdef const unsigned char* mrow
+    cdef const real_t* arow
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
     cdef Py_ssize_t br = fc_bwd_rows   # rows per step; the buffers hold BR_BWD
     cdef bint tiles = kpp != NULL and fc_bf16_on_tiles()
@@ -761,9 +763,19 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 trow = Tt + r * Skp
                 transform_row(tag, srow, n, kofs, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
                               slopes != NULL, o, masked, trow if cap != 0 else NULL)
+                if o.mask != NULL or o.bias != NULL:   # attention_masked's: after softcap, as its forward
+                    mrow = NULL
+                    arow = NULL
+                    if o.mask != NULL:
+                        mrow = <const unsigned char*>o.mask + b * o.m_sb + h * o.m_sh + (i0 + r) * o.m_si + kofs
+                    if o.bias != NULL:
+                        arow = <const real_t*>o.bias + b * o.a_sb + h * o.a_sh + (i0 + r) * o.a_si + kofs
+                    apply_masks(tag, srow, n, mrow, arow)
                 softmax_row(tag, srow, n)
                 # dS = P * (dP - sum_j P dP), times 1 - tanh^2(s_pre / c) under softcap
                 delta = dot16(tag, srow, dprow, n)
+                if o.lse != NULL:   # the lse's gradient: d lse / d s_j = P_j joins dP_j (AttnOpts.lse)
+                    delta = R(tag, delta - <real_t>o.lse[(b * sh.Hq + h) * o.lse_ld + i0 + r])
                 if cap == 0 and ds_row_c(tag, srow, dprow, n, delta):  # rounded: on vectors (fc_exp.h)
                     continue
                 for j in range(n):

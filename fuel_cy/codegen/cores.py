@@ -67,6 +67,21 @@ MASKED = Driver("attention_masked", FORWARD_DIMS,
                  DriverInput("attn_mask", "BOOL", optional=True), DriverInput("attn_bias", "T", optional=True)),
                 ("out",), ("softmax_scale",))
 
+# the backward of each model-facing forward: the forward's inputs with do_grad after v (packed
+# keys only for varlen: no block_table)
+VARLEN_BACKWARD = Driver("attention_varlen_backward", VARLEN.dims,
+                         (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
+                          DriverInput("do_grad", "T"), DriverInput("cu_seqlens_q", "U32"),
+                          DriverInput("cu_seqlens_k", "U32"), DriverInput("alibi_slopes", "F32", optional=True),
+                          DriverInput("seqused_k", "U32", optional=True), DriverInput("dlse", "F32", optional=True)),
+                         ("dq", "dk", "dv"), ("softmax_scale",), mask_alignment="bottom_right")
+
+MASKED_BACKWARD = Driver("attention_masked_backward", FORWARD_DIMS,
+                         (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
+                          DriverInput("do_grad", "T"), DriverInput("attn_mask", "BOOL", optional=True),
+                          DriverInput("attn_bias", "T", optional=True)),
+                         ("dq", "dk", "dv"), ("softmax_scale",))
+
 
 @dataclass(frozen=True)
 class CoreBinding:
@@ -103,6 +118,9 @@ BINDINGS: Mapping[str, CoreBinding] = {
     # so a paged pool costs only the blocks a call reads
     "attention_varlen": CoreBinding(VARLEN, half_driver="attention_varlen_half", half_storage=("k", "v")),
     "attention_masked": CoreBinding(MASKED, half_driver="attention_masked_half"),
+    # their backwards: bf16/f16 widened exactly, float32 math (the mixed backward's numerics)
+    "attention_varlen_backward": CoreBinding(VARLEN_BACKWARD, half_driver="attention_varlen_backward_half"),
+    "attention_masked_backward": CoreBinding(MASKED_BACKWARD, half_driver="attention_masked_backward_half"),
 }
 """Kernel name -> its binding.  A kernel not listed gets a stub that raises NotImplementedError."""
 

@@ -166,10 +166,11 @@ def _example(kernel, dims: dict[str, int], flops: float) -> tuple[str, str]:
     always = [o for o in kernel.returns.items if not o.when]   # (outputs returned on request: not shown)
     outs = [o.name for o in always]
     lines.append(f">>> {', '.join(outs)} = fuel_cy.{kernel.name}({', '.join(args)}{kw})")
-    shapes = {s.name: tuple(dims.get(d, 4) for d in s.dims) for s in kernel.inputs}
-    shown = [f"({', '.join(str(n) for n in shapes[o.shape_source])})" for o in always]
+    # an output shaped like an input comes back at the rank the input was given (given_ranks)
+    shapes = {s.name: shown(s) for s in kernel.inputs}
+    out_shapes = [f"({', '.join(str(n) for n in shapes[o.shape_source])})" for o in always]
     lines.append(f">>> {', '.join(o + '.shape' for o in outs)}, {outs[0]}.dtype")
-    lines.append(f"({', '.join(shown)}, {T.numpy_repr})")
+    lines.append(f"({', '.join(out_shapes)}, {T.numpy_repr})")
     lines.append(f'>>> fuel_cy.cost("{kernel.name}", {", ".join(args)}).flops')
     lines.append(f"{flops:.0f}")
     return "\n".join(_fit(line) for line in lines), code

@@ -174,6 +174,17 @@ def python_view(kernel: Kernel, params: Sequence["ParamView"], api: dict[str, An
             type=f"{base} | None" if p.default == "None" else base, default=p.default,
             doc=doc, detail="Keyword-only.", example=_one_line(e.get("example")) or None,
         ))
+    for o in kernel.returns.items:
+        if o.caller_buffer:
+            like = (f"{o.caller_buffer}=np.empty_like({o.shape_source})"
+                    if o.shape_dims is None and o.shape_source == o.dtype_source else None)
+            out_params.append(PyArg(
+                name=o.caller_buffer, kind="param", required=False, type="numpy.ndarray | None", default="None",
+                doc=f"An array to write `{o.name}` into instead of a new one; the kernel returns it in `{o.name}`'s place.",
+                detail=("Keyword-only. It must have the output's dtype and shape, be C-contiguous and writeable, and "
+                        "share no memory with any input (each checked before any compute)."),
+                example=like,
+            ))
     names = {s.name for s in kernel.inputs}
     outputs = []
     for o in kernel.returns.items:

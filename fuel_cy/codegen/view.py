@@ -95,6 +95,18 @@ class OutputView:
 
 
 @dataclass(frozen=True)
+class CallerBufferView:
+    """An output the caller may have written into an array it gives (Output.caller_buffer)."""
+
+    index: int  # the output's place in what the kernel returns
+    output: str
+    param: str  # the keyword argument
+    shape_expr: str  # Cython source of the shape the array must have
+    dtype_expr: str  # Cython source of its numpy dtype (T's, or the fixed one)
+    clause: str  # the contract key path
+
+
+@dataclass(frozen=True)
 class DTypeView:
     """An element type T of a kernel, with the element policy its core entry runs under."""
 
@@ -141,6 +153,10 @@ class KernelView:
     half_driver: Optional[str]
     half_storage: tuple[str, ...]
     driver_dim_refs: tuple[tuple[str, int], ...]  # (input, axis) of each dim the driver takes
+    # (output index, input): an output shaped like an input the entry reads at full rank (its
+    # min_rank), given back at the rank the caller passed
+    rank_restored: tuple[tuple[int, str], ...]
+    caller_buffers: tuple[CallerBufferView, ...]  # the outputs a caller may have written into a given array
     dim_symbols: tuple[str, ...]  # every dim symbol of its inputs, in order of first use
     fast: bool  # every input has a typed fast check
     symbol_sources: tuple[tuple[str, str], ...]  # cost symbol -> Python source of its value
@@ -431,6 +447,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
     params = tuple(_param_view(kernel, f, optional, api, api_path) for f in kernel.op_params.fields)
     sig_inputs = [i.name + ("=None" if i.optional else "") for i in kernel.inputs]
     sig_params = [p.name + ("" if p.default is None else "=" + p.default) for p in params]
+    sig_params += [o.caller_buffer + "=None" for o in kernel.returns.items if o.caller_buffer]
     signature = ", ".join(sig_inputs + (["*"] + sig_params if sig_params else []))
 
     info = fused.get(kernel.fused_op)
@@ -469,6 +486,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         full_ranks={spec.name: spec.rank for spec in kernel.inputs if spec.lowest_rank < spec.rank},
     )
     py = python_view(kernel, params, api)
+    restored = tuple((n, o.shape_src) for n, o in enumerate(outputs)
+                     if o.shape_src and kernel.input(o.shape_src).lowest_rank < kernel.input(o.shape_src).rank)
     return KernelView(
         name=kernel.name, contract=contract_rel, line=kernel.loc.line, revision_hash=revision,
         provider=doc.provider.name, contract_title=doc.title,
@@ -480,6 +499,13 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         half_storage=binding.half_storage if binding else (),
         # (a dim on no required input: check_bindings refuses to generate; the docs do not need it)
         driver_dim_refs=tuple(dim_source[s] for s in binding.dims if s in dim_source) if binding else (),
+        rank_restored=restored,
+        caller_buffers=tuple(
+            CallerBufferView(n, o.name, o.caller_buffer,
+                             f"_given_{o.shape_source}.shape" if any(r[0] == n for r in restored) else _shape_expr(kernel, o),
+                             f"_v.NUMPY_DTYPES[{(o.dtype_fixed or 'T')!r}]" if o.dtype_fixed else "_v.NUMPY_DTYPES[T]",
+                             f"return.{kernel.returns.kind}[{n}].caller_buffer")
+            for n, o in enumerate(kernel.returns.items) if o.caller_buffer),
         dim_symbols=symbols, fast=all(i.fast is not None for i in inputs),
         symbol_sources=_symbol_sources(kernel),
         cost=CostView(**{key: _cost_source(f) for key, f in formulas.items()}),

@@ -456,9 +456,10 @@ def _returns(top: Reader) -> Returns:
         lg = o.ident("layout_guarantee") or "contiguous"
         aliasing = o.ident("aliasing", None)
         when = o.ident("when", None)
+        caller_buffer = o.ident("caller_buffer", None)
         o.finish()
         items.append(Output(name, rules[0], rules[1], lg, aliasing, Location(o.ctx.path, o.line), when,
-                            shape_dims))
+                            shape_dims, caller_buffer))
     r.finish()
     return Returns(kind, tuple(items))
 

@@ -220,6 +220,18 @@ def _check_returns(k: Kernel, bad: _Failed, known: _Known, add: AddFn) -> None:
                 add(o.loc.line, f"return.{kind}.{o.name}.when", f"when names no bool op param: {o.when!r}")
             elif j == 0:
                 add(o.loc.line, f"return.{kind}.{o.name}.when", "the first output is always returned")
+        if o.caller_buffer is not None:
+            taken = {s.name for s in k.inputs} | {f.name for f in k.op_params.fields}
+            if o.caller_buffer in taken:
+                add(o.loc.line, f"return.{kind}.{o.name}.caller_buffer",
+                    f"caller_buffer names an input or param of the kernel: {o.caller_buffer!r}")
+            elif o.layout_guarantee != "contiguous":
+                add(o.loc.line, f"return.{kind}.{o.name}.caller_buffer",
+                    f"a caller's buffer is written C-contiguous: layout_guarantee must be contiguous, "
+                    f"found {o.layout_guarantee!r}")
+    buffers = [o.caller_buffer for o in k.returns.items if o.caller_buffer]
+    if len(buffers) != len(set(buffers)):
+        add(k.loc.line, f"return.{kind}", f"two outputs share a caller_buffer name: {buffers}")
     if not k.returns.items and not bad("return"):
         add(k.loc.line, "return", "a kernel must return at least one output")
 

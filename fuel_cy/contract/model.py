@@ -124,7 +124,10 @@ class Output:
     """One output.  dtype_rule: passthrough(input) (that input's dtype) or a dtype code (a fixed
     dtype, e.g. F32); shape_rule: same_as(input) (that input's shape) or dims(e, ...) (one
     extent per axis, formulas over the inputs' dims).  when: a bool op param; the output is
-    returned only when it is true (then the kernel returns a tuple)."""
+    returned only when it is true (then the kernel returns a tuple).  caller_buffer: the name of
+    a keyword argument through which the caller may give the array the output is written into
+    (validated: its dtype and shape, C-contiguous, writeable, sharing no memory with an input);
+    None: always a new array."""
 
     name: str
     dtype_rule: str
@@ -134,6 +137,7 @@ class Output:
     loc: Location = _loc()
     when: Optional[str] = None
     shape_dims: Optional[tuple[Formula, ...]] = None  # the extents of a dims(...) rule
+    caller_buffer: Optional[str] = None
 
     @property
     def dtype_fixed(self) -> Optional[str]:

@@ -43,7 +43,7 @@ INPUT = MapNode({
 FIELD = MapNode({"kind": None, "note": None, "constraint": None, "default": None})
 OUTPUT = MapNode({
     "name": None, "dtype_rule": None, "shape_rule": None, "layout_guarantee": None, "aliasing": None,
-    "when": None,
+    "when": None, "caller_buffer": None,
 })
 FAST_PATH = MapNode({"when": None, "note": None})
 MEMORY = MapNode({"device_bytes": None, "host_bytes": None, "disk_bytes": None})

@@ -109,13 +109,12 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens, alibi=None, 
     return out
 
 
-def attention_backward(q, k, v, do, alibi=None, *, softmax_scale=None, causal=False,
-                       window_size_left=None, window_size_right=None, softcap=None):
+def _gradients(q, k, v, do, s, s_pre, scale, softcap):
+    """dq, dk, dv of attention whose final scores are s (masked: -inf) from the pre-softcap
+    scores s_pre, both [B, Hq, Sq, Sk]; dk and dv summed over each kv head's query heads."""
     hq, hkv = q.shape[1], k.shape[1]
     g = hq // hkv
     d = q.shape[-1]
-    scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
-    s, s_pre = _scores(q, k, scale, causal, window_size_left, window_size_right, softcap, None, alibi)
     p = _softmax(s)
     do64 = np.asarray(do, np.float64)
     kk = np.repeat(np.asarray(k, np.float64), g, axis=1)
@@ -129,3 +128,47 @@ def attention_backward(q, k, v, do, alibi=None, *, softmax_scale=None, causal=Fa
     dv = np.einsum("bhij,bhid->bhjd", p, do64)
     b, _, sk, _ = k.shape
     return dq, dk.reshape(b, hkv, g, sk, d).sum(2), dv.reshape(b, hkv, g, sk, d).sum(2)
+
+
+def attention_backward(q, k, v, do, alibi=None, *, softmax_scale=None, causal=False,
+                       window_size_left=None, window_size_right=None, softcap=None):
+    d = q.shape[-1]
+    scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
+    s, s_pre = _scores(q, k, scale, causal, window_size_left, window_size_right, softcap, None, alibi)
+    return _gradients(q, k, v, do, s, s_pre, scale, softcap)
+
+
+def masked_attention_backward(q, k, v, do, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False,
+                              softcap=None):
+    """The gradients of masked_attention."""
+    d = q.shape[-1]
+    scale = 1 / np.sqrt(max(d, 1)) if softmax_scale is None else float(softmax_scale)
+    s, s_pre = _scores(q, k, scale, causal, None, None, softcap, None, None)
+    if attn_bias is not None:
+        s = np.where(np.isneginf(s), s, s + np.asarray(attn_bias, np.float64))
+    if attn_mask is not None:
+        s = np.where(np.broadcast_to(attn_mask, s.shape), s, -np.inf)
+    return _gradients(q, k, v, do, s, s_pre, scale, softcap)
+
+
+def varlen_attention_backward(q, k, v, do, cu_seqlens_q, cu_seqlens_k, alibi=None, *, softmax_scale=None,
+                              causal=False, window_size_left=None, window_size_right=None, softcap=None):
+    """The gradients of varlen_attention (packed keys), sequence by sequence."""
+    d = q.shape[-1]
+    scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
+    grads = [np.zeros(x.shape, np.float64) for x in (q, k, v)]
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1, k0, k1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1]), int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        if q1 == q0 or k1 == k0:
+            continue
+        qb, kb, vb, db = (np.asarray(x, np.float64).transpose(1, 0, 2)[None]
+                          for x in (q[q0:q1], k[k0:k1], v[k0:k1], do[q0:q1]))
+        qpos = np.arange(q1 - q0) + (k1 - k0) - (q1 - q0)
+        s, s_pre = _scores(qb, kb, scale, causal, window_size_left, window_size_right, softcap, None, None, qpos)
+        if alibi is not None:
+            dist = np.abs(qpos[:, None] - np.arange(k1 - k0)[None, :])
+            s = s - np.asarray(alibi, np.float64)[None, :, None, None] * dist
+        for grad, g, rows in zip(grads, _gradients(qb, kb, vb, db, s, s_pre, scale, softcap),
+                                 (slice(q0, q1), slice(k0, k1), slice(k0, k1))):
+            grad[rows] = g[0].transpose(1, 0, 2)
+    return tuple(grads)

@@ -152,6 +152,10 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
         cu_q = np.concatenate([[0], np.sort(rng.integers(0, q.shape[0] + 1, 2)), [q.shape[0]]]).astype(np.uint32)
         cu_k = np.concatenate([[0], np.sort(rng.integers(0, k.shape[0] + 1, 2)), [k.shape[0]]]).astype(np.uint32)
         alibi = rng.random(q.shape[1]).astype(np.float32) if spec.alibi else None   # float32 slopes (own type)
+        if "do_grad" in entry.inputs:
+            do = rand(q.shape)
+            return ([q, k, v, do, cu_q, cu_k, alibi], params,
+                    lambda: reference.varlen_attention_backward(q, k, v, do, cu_q, cu_k, alibi, **params))
         args = [q, k, v, cu_q, cu_k, alibi]
         return args, params, lambda: reference.varlen_attention(q, k, v, cu_q, cu_k, alibi, **params)
     if kind == "masked":
@@ -160,6 +164,10 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
         b, sk = q.shape[0], k.shape[2]
         keep = (np.arange(sk)[None, :] < rng.integers(1, sk + 1, b)[:, None])[:, None, None, :]
         bias = (rng.standard_normal((1, q.shape[1], q.shape[2], sk)) * 0.5).astype(T)
+        if "do_grad" in entry.inputs:
+            do = rand(q.shape)
+            return ([q, k, v, do, keep, bias], params,
+                    lambda: reference.masked_attention_backward(q, k, v, do, keep, bias, **params))
         return ([q, k, v, keep, bias], params,
                 lambda: reference.masked_attention(q, k, v, keep, bias, **params))
     alibi = rng.random(q.shape[1]).astype(T) if spec.alibi else None

@@ -127,6 +127,8 @@ RULES: dict[str, list[Callable[..., None]]] = {
     "attention_flash_backward": [_softcap],
     "attention_varlen": [_softcap, _cu_seqlens],
     "attention_masked": [_softcap],
+    "attention_varlen_backward": [_softcap, _cu_seqlens],
+    "attention_masked_backward": [_softcap],
 }
 
 

@@ -50,6 +50,54 @@ def full_rank(x: Any, min_rank: int, rank: int) -> Any:
     return x
 
 
+def given_ranks(result: Any, outputs: tuple[tuple[int, Any], ...]) -> Any:
+    """`result` (one array or a bundle) with each output (index, given input) reshaped to the
+    shape of the input as the caller passed it, before full_rank gave it leading dims of 1."""
+    arrays = list(result) if isinstance(result, tuple) else [result]
+    for n, given in outputs:
+        arrays[n] = arrays[n].reshape(given.shape)
+    return tuple(arrays) if isinstance(result, tuple) else arrays[0]
+
+
+def check_caller_buffer(kernel: str, param: str, output: str, buf: Any, shape: tuple[int, ...], dtype: Any,
+                        inputs: tuple[Any, ...], clause: str, where: str) -> None:
+    """The array a caller gives to receive `output` (the contract's caller_buffer): a writeable
+    C-contiguous numpy array of the output's dtype and shape that shares no memory with any
+    input (the kernel reads its inputs while it writes, and inputs are never modified)."""
+    name = f"param {param!r}"
+    what = f"{clause}: the array that receives {output!r} must"
+    if not isinstance(buf, np.ndarray):
+        raise InputError(kernel, name, f"{what} be a numpy array", f"received {type(buf).__name__}", where)
+    want = np.dtype(dtype)
+    if buf.dtype != want:
+        raise InputError(kernel, name, f"{what} have the output's dtype {want}", f"received dtype {buf.dtype}", where)
+    if tuple(buf.shape) != tuple(shape):
+        raise InputError(kernel, name, f"{what} have the output's shape {tuple(shape)}",
+                         f"received shape {tuple(buf.shape)}", where)
+    if not buf.flags.c_contiguous:
+        raise InputError(kernel, name, f"{what} be C-contiguous", f"received strides {buf.strides}", where)
+    if not buf.flags.writeable:
+        raise InputError(kernel, name, f"{what} be writeable", "received a read-only array", where)
+    for x in inputs:
+        # (bounds first; then exactly, which is cheap with buf contiguous: a view interleaved
+        # with an input, as two slices of one fused buffer, is fine)
+        if isinstance(x, np.ndarray) and np.may_share_memory(buf, x):
+            if np.shares_memory(buf, x):
+                raise InputError(kernel, name, f"{what} share no memory with an input",
+                                 f"received an array overlapping an input of shape {tuple(x.shape)}", where)
+
+
+def write_into(result: Any, buffers: tuple[tuple[int, Any], ...]) -> Any:
+    """`result` (one array or a tuple) with each output (index, given array) copied into the
+    caller's array, which replaces it: the kernel returns the array the caller gave."""
+    arrays = list(result) if isinstance(result, tuple) else [result]
+    for n, buf in buffers:
+        if buf is not None:
+            np.copyto(buf, arrays[n], casting="no")
+            arrays[n] = buf
+    return tuple(arrays) if isinstance(result, tuple) else arrays[0]
+
+
 def check_rank(kernel: str, name: str, x: np.ndarray, rank: int, clause: str, where: str) -> None:
     if x.ndim != rank:
         raise InputError(kernel, f"input {name!r}", f"{clause} {rank}", f"received rank {x.ndim} (shape {x.shape})", where)

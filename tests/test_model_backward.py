@@ -1,0 +1,366 @@
+"""The model-facing kernels' backwards (attention_masked_backward, attention_varlen_backward) and
+their autograd: against float64 references written here (torch's own float64 autograd over a
+math-only attention for the masked kernel, a per-sequence flash-attn-convention reference for
+varlen), the bits the contracts promise (no masks: attention_flash_backward's), determinism,
+errors, and a transformers model's training step against eager attention."""
+from __future__ import annotations
+
+import copy
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import fuel_cy
+from fuel_cy.errors import InputError
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.float32, np.float64, BF16, np.float16]
+# gradient error vs the float64 reference, relative to the gradient's largest element: f32/f64 in
+# their own type, bf16/f16 float32 math on the given (rounded) inputs, each gradient rounded once
+TOL = {np.dtype(np.float32): 5e-6, np.dtype(np.float64): 1e-12, BF16: 2e-2, np.dtype(np.float16): 3e-3}
+
+
+def _t(x: np.ndarray) -> torch.Tensor:
+    return torch.tensor(np.asarray(x, np.float64), requires_grad=True)
+
+
+def _rel(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-300))
+
+
+def _ref_masked(q, k, v, do, mask, bias, causal, scale, softcap):
+    """torch SDPA's math in float64, with rows that nothing admits giving zeros (the contract)."""
+    qt, kt, vt = _t(q), _t(k), _t(v)
+    g = q.shape[1] // k.shape[1]
+    s = scale * qt @ kt.repeat_interleave(g, 1).transpose(-1, -2)
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    if bias is not None:
+        s = s + torch.tensor(np.asarray(bias, np.float64))
+    keep = torch.ones(s.shape, dtype=torch.bool)
+    if mask is not None:
+        keep = keep & torch.tensor(mask)
+    if causal:   # top-left, as torch's is_causal
+        keep = keep & torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+    p = torch.softmax(s.masked_fill(~keep, -torch.inf), -1).nan_to_num(0.0)
+    (p @ vt.repeat_interleave(g, 1)).backward(torch.tensor(np.asarray(do, np.float64)))
+    return [x.grad.numpy() for x in (qt, kt, vt)]
+
+
+def _rand(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", ["padding", "holes+bias", "causal_sq_ne_sk", "softcap+bias", "mqa"])
+def test_masked_backward_matches_float64_autograd(dtype, case):
+    rng = np.random.default_rng(hash(case) % 2**32)
+    B, Hq, Hkv, Sq, Sk, D = 2, 4, 2, 37, 53, 24
+    mask = bias = None
+    causal, softcap = False, None
+    if case == "padding":   # a key-padding mask [B, 1, 1, Sk]
+        mask = np.ones((B, 1, 1, Sk), bool)
+        mask[0, ..., 40:] = False
+    elif case == "holes+bias":   # per-query holes, a row with nothing admitted, a per-head bias
+        mask = rng.random((B, 1, Sq, Sk)) < 0.7
+        mask[1, 0, 5] = False
+        bias = _rand(rng, (1, Hq, 1, Sk), dtype)
+    elif case == "causal_sq_ne_sk":
+        causal = True
+    elif case == "softcap+bias":
+        softcap, bias = 4.0, _rand(rng, (B, Hq, Sq, Sk), dtype)
+    elif case == "mqa":
+        Hkv, D, causal = 1, 59, True
+    q, do = _rand(rng, (B, Hq, Sq, D), dtype), _rand(rng, (B, Hq, Sq, D), dtype)
+    k, v = _rand(rng, (B, Hkv, Sk, D), dtype), _rand(rng, (B, Hkv, Sk, D), dtype)
+    scale = 0.3
+    got = fuel_cy.attention_masked_backward(q, k, v, do, mask, bias, softmax_scale=scale, causal=causal,
+                                            softcap=softcap)
+    eff = scale if np.dtype(dtype) == np.float64 else float(np.float32(scale))   # the scale T computes with
+    ref = _ref_masked(q, k, v, do, mask, bias, causal, eff, softcap)
+    for name, g, r, x in zip(("dq", "dk", "dv"), got, ref, (q, k, v)):
+        assert g.dtype == np.dtype(dtype) and g.shape == x.shape
+        assert _rel(g, r) <= TOL[np.dtype(dtype)], name
+    if case == "holes+bias":   # the row with no admissible key contributes nothing
+        assert not np.any(got[0][1, :, 5].astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_masked_backward_without_masks_gives_flash_backwards_bits(dtype):
+    rng = np.random.default_rng(3)
+    q, do = _rand(rng, (1, 4, 70, 32), dtype), _rand(rng, (1, 4, 70, 32), dtype)
+    k, v = _rand(rng, (1, 2, 90, 32), dtype), _rand(rng, (1, 2, 90, 32), dtype)
+    flash = fuel_cy.attention_flash_backward_mixed if np.dtype(dtype).itemsize == 2 else fuel_cy.attention_flash_backward
+    for causal in (False, True):
+        # (a scale float32 holds exactly: attention_masked's is a float64, attention_flash's a float32)
+        a = fuel_cy.attention_masked_backward(q, k, v, do, softmax_scale=0.125, causal=causal, softcap=5.0)
+        b = flash(q, k, v, do, softmax_scale=0.125, causal=causal, softcap=5.0)
+        for x, y in zip(a, b):
+            assert x.tobytes() == y.tobytes()
+
+
+# ---- varlen ---------------------------------------------------------------------------------------
+
+
+def _ref_varlen_seq(q, k, v, do, scale, causal, wl, wr, softcap, slopes):
+    """One sequence in flash-attn's conventions: query i at key position i + lk - lq, ALiBi
+    -slope * |p - j|; float64 autograd.  q [lq, Hq, D], k/v [lk, Hkv, D]."""
+    qt, kt, vt = _t(q), _t(k), _t(v)
+    lq, lk, g = q.shape[0], k.shape[0], q.shape[1] // k.shape[1]
+    s = scale * qt.transpose(0, 1) @ kt.transpose(0, 1).repeat_interleave(g, 0).transpose(-1, -2)
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    p = torch.arange(lq)[:, None] + lk - lq
+    j = torch.arange(lk)[None, :]
+    if slopes is not None:
+        s = s - torch.tensor(np.asarray(slopes, np.float64))[:, None, None] * (p - j).abs()
+    keep = torch.ones(lq, lk, dtype=torch.bool)
+    if causal:
+        keep &= j <= p
+    if wl is not None:
+        keep &= j >= p - wl
+    if wr is not None:
+        keep &= j <= p + wr
+    prob = torch.softmax(s.masked_fill(~keep, -torch.inf), -1).nan_to_num(0.0)
+    out = (prob @ vt.transpose(0, 1).repeat_interleave(g, 0)).transpose(0, 1)
+    out.backward(torch.tensor(np.asarray(do, np.float64)))
+    return [x.grad.numpy() for x in (qt, kt, vt)]
+
+
+def _ref_varlen(q, k, v, do, cq, ck, used, scale, causal=False, wl=None, wr=None, softcap=None, slopes=None):
+    ref = [np.zeros(x.shape) for x in (q, k, v)]
+    for b in range(len(cq) - 1):
+        lk = int(used[b]) if used is not None else int(ck[b + 1] - ck[b])
+        if cq[b + 1] == cq[b] or lk == 0:
+            continue
+        qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b]) + lk)
+        sl = None if slopes is None else (slopes if slopes.ndim == 1 else slopes[b])
+        r = _ref_varlen_seq(q[qs], k[ks], v[ks], do[qs], scale, causal, wl, wr, softcap, sl)
+        ref[0][qs], ref[1][ks], ref[2][ks] = r
+    return ref
+
+
+# ragged lengths: an empty sequence (lq = 0), one with no keys, more queries than keys, a decode step
+LQ = [5, 0, 33, 1, 20, 12]
+LK = [9, 4, 33, 17, 0, 7]
+VARLEN_CASES = {
+    "causal": dict(causal=True),
+    "windows+alibi": dict(wl=3, wr=2, slopes="H"),
+    "causal+softcap+alibi[B,H]+seqused": dict(causal=True, softcap=4.0, slopes="BH", used=True),
+    "seqused": dict(used=True),
+    "mqa_d59_causal": dict(causal=True, hkv=1, d=59),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", list(VARLEN_CASES))
+def test_varlen_backward_matches_per_sequence_float64_reference(dtype, case):
+    opts = dict(VARLEN_CASES[case])
+    rng = np.random.default_rng(len(case))
+    Hq, Hkv, D = 4, opts.pop("hkv", 2), opts.pop("d", 40)
+    cq = np.concatenate([[0], np.cumsum(LQ)]).astype(np.uint32)
+    ck = np.concatenate([[0], np.cumsum(LK)]).astype(np.uint32)
+    used = np.array([7, 4, 30, 17, 0, 7], np.uint32) if opts.pop("used", False) else None
+    slopes = opts.pop("slopes", None)
+    if slopes is not None:
+        slopes = (rng.random((len(LQ), Hq) if slopes == "BH" else Hq) * 0.3).astype(np.float32)
+    q, do = _rand(rng, (int(cq[-1]), Hq, D), dtype), _rand(rng, (int(cq[-1]), Hq, D), dtype)
+    k, v = _rand(rng, (int(ck[-1]), Hkv, D), dtype), _rand(rng, (int(ck[-1]), Hkv, D), dtype)
+    got = fuel_cy.attention_varlen_backward(
+        q, k, v, do, cq, ck, slopes, used, softmax_scale=0.2, causal=opts.get("causal", False),
+        window_size_left=opts.get("wl"), window_size_right=opts.get("wr"), softcap=opts.get("softcap"))
+    eff = float(np.float32(0.2))   # the contract's f32 scale
+    ref = _ref_varlen(q, k, v, do, cq, ck, used, eff, opts.get("causal", False), opts.get("wl"), opts.get("wr"),
+                      opts.get("softcap"), slopes)
+    for name, g, r, x in zip(("dq", "dk", "dv"), got, ref, (q, k, v)):
+        assert g.dtype == np.dtype(dtype) and g.shape == x.shape
+        assert _rel(g, r) <= TOL[np.dtype(dtype)], name
+    # rows nothing read are exact zeros: the sequence without keys, keys past seqused_k
+    assert not np.any(got[0][int(cq[4]):int(cq[5])].astype(np.float64))
+    if used is not None:
+        assert not np.any(got[1][int(ck[0]) + 7:int(ck[1])].astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_varlen_backward_of_one_causal_sequence_gives_flash_backwards_bits(dtype):
+    rng = np.random.default_rng(5)
+    S, H, D = 77, 4, 32
+    q, k, v, do = (_rand(rng, (S, H, D), dtype) for _ in range(4))
+    cu = np.array([0, S], np.uint32)
+    got = fuel_cy.attention_varlen_backward(q, k, v, do, cu, cu, softmax_scale=0.2, causal=True)
+    flash = fuel_cy.attention_flash_backward_mixed if np.dtype(dtype).itemsize == 2 else fuel_cy.attention_flash_backward
+    as4 = lambda x: np.ascontiguousarray(x.transpose(1, 0, 2)[None])   # noqa: E731
+    want = flash(as4(q), as4(k), as4(v), as4(do), softmax_scale=0.2, causal=True)
+    for g, w in zip(got, want):
+        assert g.tobytes() == np.ascontiguousarray(w[0].transpose(1, 0, 2)).tobytes()
+
+
+def test_varlen_backward_keeps_a_rank4_key_arrays_shape():
+    rng = np.random.default_rng(6)
+    q, do = _rand(rng, (30, 4, 16), np.float32), _rand(rng, (30, 4, 16), np.float32)
+    k, v = _rand(rng, (3, 10, 2, 16), np.float32), _rand(rng, (3, 10, 2, 16), np.float32)
+    cq, ck = np.array([0, 10, 30], np.uint32), np.array([0, 12, 30], np.uint32)
+    dq, dk, dv = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, softmax_scale=0.25)
+    assert dk.shape == k.shape and dv.shape == v.shape
+    flat = fuel_cy.attention_varlen_backward(q, k.reshape(30, 2, 16), v.reshape(30, 2, 16), do, cq, ck,
+                                             softmax_scale=0.25)
+    assert dk.reshape(30, 2, 16).tobytes() == flat[1].tobytes() and dq.tobytes() == flat[0].tobytes()
+
+
+@pytest.mark.parametrize("kernel", ["masked", "varlen"])
+def test_backward_bits_do_not_depend_on_threads(kernel):
+    rng = np.random.default_rng(7)
+    if kernel == "masked":
+        q, do = _rand(rng, (2, 8, 150, 64), np.float32), _rand(rng, (2, 8, 150, 64), np.float32)
+        k, v = _rand(rng, (2, 2, 170, 64), np.float32), _rand(rng, (2, 2, 170, 64), np.float32)
+        mask = rng.random((2, 1, 1, 170)) < 0.9
+        run = lambda: fuel_cy.attention_masked_backward(q, k, v, do, mask, causal=True)   # noqa: E731
+    else:
+        cq = np.array([0, 100, 300], np.uint32)
+        q, do = _rand(rng, (300, 8, 64), np.float32), _rand(rng, (300, 8, 64), np.float32)
+        k, v = _rand(rng, (300, 2, 64), np.float32), _rand(rng, (300, 2, 64), np.float32)
+        run = lambda: fuel_cy.attention_varlen_backward(q, k, v, do, cq, cq, causal=True)   # noqa: E731
+    try:
+        fuel_cy.set_num_threads(1)
+        one = run()
+        fuel_cy.set_num_threads(2)
+        two = run()
+    finally:
+        fuel_cy.set_num_threads(0)
+    for a, b in zip(one, two):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_backward_inputs_are_validated():
+    rng = np.random.default_rng(8)
+    q = _rand(rng, (30, 4, 16), np.float32)
+    k = _rand(rng, (30, 2, 16), np.float32)
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'cu_seqlens_q'.*non-decreasing"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, np.array([0, 20, 10, 30], np.uint32),
+                                          np.array([0, 10, 20, 30], np.uint32))
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'do_grad'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q[:29], np.array([0, 30], np.uint32), np.array([0, 30], np.uint32))
+    q4 = _rand(rng, (1, 4, 30, 16), np.float32)
+    with pytest.raises(InputError, match=r"attention_masked_backward: input 'attn_mask'"):
+        fuel_cy.attention_masked_backward(q4, q4, q4, q4, np.ones((1, 1, 2, 30), bool))
+    before = q4.copy()
+    fuel_cy.attention_masked_backward(q4, q4, q4, q4, np.ones((1, 1, 1, 30), bool))
+    assert q4.tobytes() == before.tobytes()   # inputs are never modified
+
+
+# ---- autograd through fuel_cy.torch ------------------------------------------------------------------
+
+
+import fuel_cy.torch as ft  # noqa: E402  (torch is a test dependency; import fuel_cy alone never needs it)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_torch_sdpa_gradients_match_torchs_own(dtype):
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 30, 16, dtype=dtype, requires_grad=True)
+    k = torch.randn(2, 2, 40, 16, dtype=dtype, requires_grad=True)
+    v = torch.randn(2, 2, 40, 16, dtype=dtype, requires_grad=True)
+    mask = torch.rand(2, 1, 30, 40) < 0.8
+    grad = torch.randn(2, 4, 30, 16, dtype=dtype)
+    for kwargs in (dict(attn_mask=mask), dict(is_causal=True), dict(attn_mask=torch.zeros(1, 4, 30, 40, dtype=dtype))):
+        ours = torch.autograd.grad(ft.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kwargs), (q, k, v), grad)
+        qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
+        theirs = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+            qd, kd, vd, enable_gqa=True, **{n: (t.double() if t.is_floating_point() else t) if isinstance(t, torch.Tensor)
+                                             else t for n, t in kwargs.items()}), (qd, kd, vd), grad.double())
+        for a, b in zip(ours, theirs):
+            assert a.dtype == dtype
+            assert float((a.double() - b).abs().max()) <= TOL[np.dtype(str(dtype).removeprefix("torch."))] * float(b.abs().max())
+
+
+def test_torch_varlen_gradients_and_compile():
+    torch.manual_seed(1)
+    cq, ck = torch.tensor([0, 5, 25], dtype=torch.int32), torch.tensor([0, 10, 40], dtype=torch.int32)
+    q = torch.randn(25, 4, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(40, 2, 16, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(40, 2, 16, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(25, 4, 16, dtype=torch.float64)
+    f = lambda q, k, v: ft.attention_varlen(q, k, v, cq, ck, causal=True, softmax_scale=0.25)   # noqa: E731
+    got = torch.autograd.grad(f(q, k, v), (q, k, v), grad)
+    ref = _ref_varlen(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), grad.numpy(), cq.numpy(),
+                      ck.numpy(), None, 0.25, causal=True)
+    for a, r in zip(got, ref):
+        assert _rel(a.numpy(), r) <= 1e-12
+    compiled = torch.compile(f, fullgraph=True)
+    again = torch.autograd.grad(compiled(q, k, v), (q, k, v), grad)
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+
+
+def test_torch_varlen_gradient_through_lse_matches_float64():
+    """A loss that uses lse (as merging partial results by their lse does): its gradient is taken."""
+    torch.manual_seed(2)
+    cq, ck = torch.tensor([0, 7, 7, 26], dtype=torch.int32), torch.tensor([0, 12, 15, 40], dtype=torch.int32)
+    q = torch.randn(26, 4, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(40, 2, 16, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(40, 2, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 26, dtype=torch.float64)
+    out, lse = ft.attention_varlen(q, k, v, cq, ck, causal=True, softmax_scale=0.25, return_lse=True)
+    got = torch.autograd.grad(out.square().sum() + (lse.double() * w).sum(), (q, k, v))
+    # float64 reference: the same loss over per-sequence float64 attention (flash-attn's conventions)
+    qd, kd, vd = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    loss = 0
+    for b in range(3):
+        q0, q1, k0, k1 = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
+        if q1 == q0:
+            continue
+        s = 0.25 * qd[q0:q1].transpose(0, 1) @ kd[k0:k1].transpose(0, 1).repeat_interleave(2, 0).transpose(-1, -2)
+        p = torch.arange(q1 - q0)[:, None] + (k1 - k0) - (q1 - q0)
+        s = s.masked_fill(torch.arange(k1 - k0)[None, :] > p, -torch.inf)
+        o = torch.softmax(s, -1) @ vd[k0:k1].transpose(0, 1).repeat_interleave(2, 0)
+        loss = loss + o.square().sum() + (torch.logsumexp(s, -1) * w[:, q0:q1]).sum()
+    ref = torch.autograd.grad(loss, (qd, kd, vd))
+    for a, r in zip(got, ref):
+        # lse is float32 whatever q's dtype: its gradient enters at float32
+        assert float((a - r).abs().max()) <= 1e-6 * float(r.abs().max())
+
+
+def test_torch_autograd_refuses_what_the_backward_cannot_honour():
+    q = torch.randn(25, 4, 16, requires_grad=True)
+    k = torch.randn(40, 2, 16)
+    cq, ck = torch.tensor([0, 5, 25], dtype=torch.int32), torch.tensor([0, 10, 40], dtype=torch.int32)
+    pool = torch.randn(5, 8, 2, 16)
+    table = torch.arange(10, dtype=torch.int32).reshape(2, 5) % 5
+    with pytest.raises(InputError, match="block_table"):
+        ft.attention_varlen(q, pool, pool, cq, ck, None, table).sum().backward()
+    q4 = torch.randn(1, 4, 8, 16, requires_grad=True)
+    bias = torch.zeros(1, 4, 8, 8, requires_grad=True)
+    with pytest.raises(InputError, match="attn_bias"):
+        ft.scaled_dot_product_attention(q4, q4, q4, attn_mask=bias).sum().backward()
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_transformers_training_step_matches_eager(name):
+    transformers = pytest.importorskip("transformers")
+    import fuel_cy.transformers as fct
+    common = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128)
+    if name == "llama":
+        config, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
+    else:   # softcap, sliding windows, head_dim != hidden / heads
+        config, cls = (transformers.Gemma2Config(sliding_window=8, head_dim=24, attn_logit_softcapping=20.0, **common),
+                       transformers.Gemma2ForCausalLM)
+    torch.manual_seed(0)
+    ref = cls._from_config(copy.deepcopy(config), attn_implementation="eager", dtype=torch.float32).train()
+    ours = cls._from_config(copy.deepcopy(config), attn_implementation=fct.NAME, dtype=torch.float32).train()
+    ours.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, 97, (2, 19), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 19, dtype=torch.long)
+    mask[0, :5] = 0   # left padding
+    # padded positions take no part in the loss: eager gives their fully masked rows a uniform
+    # softmax, fuel_cy zeros (the contract), and neither reaches a real position; the labels are
+    # shifted (position t predicts t + 1), so the first real token is not a label either
+    before = torch.cat([torch.zeros(2, 1, dtype=torch.long), mask[:, :-1]], 1)
+    labels = ids.masked_fill((mask == 0) | (before == 0), -100)
+    for model in (ref, ours):
+        model(ids, attention_mask=mask, labels=labels).loss.backward()
+    for (n, a), (_, b) in zip(ref.named_parameters(), ours.named_parameters()):
+        assert a.grad is not None and b.grad is not None, n
+        assert float((a.grad - b.grad).abs().max()) <= 1e-4 * max(float(a.grad.abs().max()), 1e-6), n
