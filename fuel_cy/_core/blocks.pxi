@@ -144,6 +144,29 @@ cdef inline int mask_tile_class(const unsigned char* m, Py_ssize_t step, Py_ssiz
     return 0 if not any_ else (2 if all_ else 1)
 
 
+cdef inline void mask_key_range(const unsigned char* m, Py_ssize_t step, Py_ssize_t nr, Py_ssize_t* lo,
+                                Py_ssize_t* hi) noexcept nogil:
+    """[lo, hi) narrowed to the keys attn_mask admits for at least one of nr rows (step elements
+    apart; 0: one row shared); lo = hi when it admits none.  Keys outside it have P = 0 and dS = 0
+    in every row, so skipping them changes no gradient."""
+    cdef Py_ssize_t r, j, a = hi[0], b = lo[0]
+    for r in range(nr if step != 0 else 1):
+        for j in range(lo[0], a):
+            if m[r * step + j]:
+                a = j
+                break
+        j = hi[0] - 1
+        while j >= b:
+            if m[r * step + j]:
+                b = j + 1
+                break
+            j -= 1
+    if b <= a:
+        hi[0] = lo[0]
+    else:
+        lo[0], hi[0] = a, b
+
+
 cdef inline void apply_masks(rnd_t tag, real_t* s, Py_ssize_t n, const unsigned char* m, const real_t* a) noexcept nogil:
     """Scores of one row -> the bias a added (a score already masked stays -inf: a bias of +inf
     never unmasks it), then -inf where m is 0.  Either may be NULL."""

@@ -734,6 +734,9 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
             admissible_range(i0, o, &ka, &kb)
             admissible_range(i0 + nr - 1, o, &lo, &hi)
             kb = hi
+            if o.mask != NULL and kb > ka:   # and the keys attn_mask admits for some row of the tile:
+                mask_key_range(<const unsigned char*>o.mask + b * o.m_sb + h * o.m_sh + i0 * o.m_si, o.m_si,
+                               nr, &ka, &kb)   # a padded tail costs nothing, as in the forward
             if kb <= ka:
                 for r in range(nr):
                     for d in range(D):
