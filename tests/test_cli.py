@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, SEED
@@ -179,14 +180,29 @@ def test_calibrate_fits_and_cost_predicts_time(tmp_path):
     data = json.loads(target.read_text())
     assert data["version"] == 1 and "machine" in data
     fit = data["fits"]["attention_flash:F32"]
-    # a sound fit predicts held-out shapes within ~10-20% here; 50% leaves room for a noisy machine
-    assert fit["ns_per_flop"] > 0 and 0 <= fit["heldout_max_rel_err"] < 0.5
+    # (how well it predicts depends on how quiet the machine is: reported, never asserted here;
+    # the fit itself is tested on exact data below)
+    assert fit["ns_per_flop"] > 0 and fit["heldout_max_rel_err"] >= 0
     assert "held-out" in r.stdout
     cost = json.loads(cli("cost", "attention_flash", "--shape", "q=1,4,512,64", "--shape", "k=1,2,512,64",
                           "--shape", "v=1,2,512,64", "--json", env=env).stdout)
     assert cost["predicted_ns"] is not None and cost["predicted_ns"] > 0
     assert json.loads(cli("cost", "attention_flash", "--shape", "q=1,4,512,64", "--shape", "k=1,2,512,64",
                           "--shape", "v=1,2,512,64", "--json", env={"FUEL_CY_CALIBRATION": str(tmp_path / "none.json")}).stdout)["predicted_ns"] is None
+
+
+def test_time_model_fit_recovers_known_coefficients():
+    """calibrate's fit: times made from known coefficients (one of them zero, which the
+    non-negative fit must find) are fitted back, and a shape left out is predicted."""
+    from fuel_cy.harness.bench import _fit_time_model
+
+    truth = np.array([2500.0, 0.02, 0.0])
+    shapes = [(2.0 * 4 * s * s * 64, 3.0 * 4 * s * 64 * 4) for s in (64, 128, 256, 384, 512, 768, 1024)]
+    samples = [(f, b, float(truth @ [1.0, f, b])) for f, b in shapes]
+    coef = _fit_time_model(samples[:-1])
+    assert np.allclose(coef, truth, rtol=1e-6, atol=1e-9)
+    f, b, t = samples[-1]
+    assert abs(coef @ [1.0, f, b] - t) <= 1e-6 * t
 
 
 def test_bench_targets_are_judged_from_the_results():

@@ -8,6 +8,7 @@ Performance page go to test-artifacts/ (FUEL_CY_SHOTS=<dir> sends them elsewhere
 from __future__ import annotations
 
 import functools
+import html.parser
 import http.server
 import os
 import re
@@ -274,6 +275,22 @@ def test_search_finds_the_paged_kernel(browser, server):
     assert not _severe(browser)
 
 
+@pytest.mark.parametrize("word", ["softcap", "window_size_left", "alibi_slopes"])
+def test_search_ranks_a_defining_page_first(browser, server, word):
+    """A parameter's name finds the pages that define it (Semantics, the kernel pages: their
+    search boost) before the pages that only mention it."""
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _open(browser, server + "/")
+    box = WebDriverWait(browser, 10).until(ec.element_to_be_clickable(("css selector", "input.md-search__input")))
+    box.click()
+    box.send_keys(word)
+    first = ("const a = document.querySelector('.md-search-result__item a'); return a ? a.getAttribute('href') : null")
+    href = WebDriverWait(browser, 20).until(lambda d: d.execute_script(first))
+    assert "/semantics/" in href or "/kernels/" in href, href
+
+
 def test_editing_a_contract_changes_the_pages_of_an_unbuilt_checkout(tmp_path):
     """A copy of the checkout without the compiled extension (no fuel_cy/_generated/, as a fresh
     clone or a non-editable install leaves it) builds the site, and a contract edit shows up on
@@ -348,3 +365,48 @@ def test_every_page_shows_the_version_and_links_the_changelog(browser, server, s
     assert headings[:2] == [line.split("\n", 1)[0] for line in first[1:3]], headings
     assert any(h.startswith(f"{version} - ") for h in headings), headings
     assert not _severe(browser)
+
+
+# the project's internal vocabulary (the founding contract's Rust names, its executor and
+# planner, our issue numbers): a reader of the user pages cannot act on them.  The pages about
+# the contracts themselves (Architecture, Editing a contract) and the collapsed Contract boxes
+# may name them.
+INTERNAL = re.compile(r"\boracle\b|executor|FusedOpId|Op::\w+|planner|SymEnv|Tier-1|issue #\d+|Option<|DynScalar|"
+                      r"fuel_reference_backend::|FLASH_ATTN arm", re.I)
+DEVELOPER_PAGES = ("/architecture/", "/editing-contracts/")
+
+
+class _ArticleText(html.parser.HTMLParser):
+    """The text of a page's <article>, without its <details> boxes, scripts and styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = {"article": 0, "details": 0, "script": 0, "style": 0}
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.depth:
+            self.depth[tag] += 1
+
+    def handle_endtag(self, tag):
+        if tag in self.depth and self.depth[tag]:
+            self.depth[tag] -= 1
+
+    def handle_data(self, data):
+        d = self.depth
+        if d["article"] and not (d["details"] or d["script"] or d["style"]):
+            self.parts.append(data)
+
+
+def test_user_pages_show_no_internal_words(site):
+    found = {}
+    for page in _site_pages(site):
+        if page in DEVELOPER_PAGES:
+            continue
+        parser = _ArticleText()
+        parser.feed((site / page.strip("/") / "index.html").read_text(encoding="utf-8"))
+        text = " ".join(parser.parts)
+        hits = sorted({m.group(0) for m in INTERNAL.finditer(text)})
+        if hits:
+            found[page] = hits
+    assert not found, found

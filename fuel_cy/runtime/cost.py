@@ -16,6 +16,10 @@ from .registry import registry
 
 @dataclass(frozen=True)
 class CostReport:
+    """What one call of a kernel costs, from its contract's cost formulas at the call's shapes
+    (`fuel_cy.cost`): floating-point operations, bytes moved and the memory it allocates, and,
+    when `fuel-cy calibrate` has fitted this machine, the predicted time in nanoseconds."""
+
     kernel: str
     dtype: str
     flops: float

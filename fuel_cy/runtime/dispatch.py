@@ -22,7 +22,7 @@ class Plan:
 
     @property
     def copy_bytes(self) -> int:
-        """Bytes read + written by the inserted Op::Contiguize copies."""
+        """Bytes read + written by the contiguous copies made of strided inputs."""
         return sum(2 * n for _, n in self.copies)
 
 
@@ -52,11 +52,13 @@ def _kernel_for(op: str, impl: Optional[str]) -> tuple[KernelEntry, Optional[str
                              f"{impl!r} is not an implementation at this key (choose from {siblings})")
         target = impl
     if target is None or target not in registry:
-        raise InputError("dispatch", "fused_op", "contracts/fused_ops.yaml", f"{op} has no executor arm")
+        raise InputError("dispatch", "fused_op", "contracts/fused_ops.yaml", f"{op} is wired to no kernel")
     return registry[target], output
 
 
 def plan(fused_op: Union[str, int], *inputs: Any, impl: Optional[str] = None) -> Plan:
+    """How `dispatch` would run ``fused_op`` on ``inputs``, without running it: the kernel it
+    picks (or ``impl``), the inputs it would copy to contiguous arrays and what those copies cost."""
     op = resolve_op(fused_op)
     entry, output = _kernel_for(op, impl)
     exec_dtypes = FUSED_OPS[op]["exec_dtypes"]
@@ -78,12 +80,12 @@ def _awkward(x: np.ndarray) -> bool:
 
 def dispatch(fused_op: Union[str, int], *inputs: Any, impl: Optional[str] = None,
              return_plan: bool = False, **params: Any) -> Any:
-    """Run ``fused_op`` (name or FusedOpId) on ``inputs`` the way the contract wires it.
+    """Run ``fused_op`` (its name, or its numeric id) on ``inputs`` the way the contract wires it.
 
-    FLASH_ATTN runs its executor arm ``attention_naive`` (f32/f64 only), or a sibling
-    implementation at the same key via ``impl="attention_flash"``; the three backward ids return
+    FLASH_ATTN runs the kernel the contract wires to it, ``attention_naive`` (f32/f64 only), or a
+    sibling implementation at the same key via ``impl="attention_flash"``; the three backward ids return
     their one gradient of the shared bundle.  Inputs in an awkward layout are copied to fresh
-    contiguous arrays first (the planner's Op::Contiguize); ``return_plan=True`` returns
+    contiguous arrays first (one copy each, counted in the plan); ``return_plan=True`` returns
     ``(result, plan)`` so the copies' cost is visible.
     """
     p = plan(fused_op, *inputs, impl=impl)

@@ -71,5 +71,5 @@ class KernelEntry:
 
     @property
     def exec_wired(self) -> bool:
-        """True when the oracle's executor routes this kernel's fused op to it."""
+        """True when `fuel_cy.dispatch` of this kernel's fused op runs this kernel (the contract's wiring)."""
         return self.exec_arm == self.name
