@@ -714,11 +714,11 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                     q = rng.standard_normal((s, 4, 64)).astype(dt)
                     kv = rng.standard_normal((s, 2, 64)).astype(dt)
                     cu = np.array([0, s], np.uint32)
-                    args = [q, kv, kv, cu, cu]
+                    args = [q, kv, kv] + ([q] if "do_grad" in entry.inputs else []) + [cu, cu]
                 else:
                     q = rng.standard_normal((1, 4, s, 64)).astype(dt)
                     kv = rng.standard_normal((1, 2, s, 64)).astype(dt)
-                    args = [q, kv, kv] + ([q] if kind == "backward" else [])
+                    args = [q, kv, kv] + ([q] if "do_grad" in entry.inputs else [])
                 fn = fuel_cy.registry[name].fn
                 # the fastest of 5: what the shape costs on a quiet machine, which the model predicts
                 # (a median of 3 let one busy moment move a held-out shape by half)
