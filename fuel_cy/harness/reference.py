@@ -51,16 +51,22 @@ def attention(q, k, v, alibi=None, *, softmax_scale=None, causal=False, window_s
     return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
 
 
-def masked_attention(q, k, v, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False, softcap=None):
-    """torch SDPA's masks: scores (scale a float64), softcap, + attn_bias, then -inf where attn_mask
-    is False or causal (top-left) masks; both broadcast to [B, Hq, Sq, Sk]."""
+def _masked_scores(q, k, attn_mask, attn_bias, softmax_scale, causal, softcap):
+    """masked_attention's final scores, its pre-softcap scores and its scale (a float64)."""
     d = q.shape[-1]
     scale = 1 / np.sqrt(max(d, 1)) if softmax_scale is None else float(softmax_scale)
-    s, _ = _scores(q, k, scale, causal, None, None, softcap, None, None)
+    s, s_pre = _scores(q, k, scale, causal, None, None, softcap, None, None)
     if attn_bias is not None:
         s = np.where(np.isneginf(s), s, s + np.asarray(attn_bias, np.float64))
     if attn_mask is not None:
         s = np.where(np.broadcast_to(attn_mask, s.shape), s, -np.inf)
+    return s, s_pre, scale
+
+
+def masked_attention(q, k, v, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False, softcap=None):
+    """torch SDPA's masks: scores (scale a float64), softcap, + attn_bias, then -inf where attn_mask
+    is False or causal (top-left) masks; both broadcast to [B, Hq, Sq, Sk]."""
+    s, _, _ = _masked_scores(q, k, attn_mask, attn_bias, softmax_scale, causal, softcap)
     vv = np.repeat(np.asarray(v, np.float64), q.shape[1] // k.shape[1], axis=1)
     return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
 
@@ -141,13 +147,7 @@ def attention_backward(q, k, v, do, alibi=None, *, softmax_scale=None, causal=Fa
 def masked_attention_backward(q, k, v, do, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False,
                               softcap=None):
     """The gradients of masked_attention."""
-    d = q.shape[-1]
-    scale = 1 / np.sqrt(max(d, 1)) if softmax_scale is None else float(softmax_scale)
-    s, s_pre = _scores(q, k, scale, causal, None, None, softcap, None, None)
-    if attn_bias is not None:
-        s = np.where(np.isneginf(s), s, s + np.asarray(attn_bias, np.float64))
-    if attn_mask is not None:
-        s = np.where(np.broadcast_to(attn_mask, s.shape), s, -np.inf)
+    s, s_pre, scale = _masked_scores(q, k, attn_mask, attn_bias, softmax_scale, causal, softcap)
     return _gradients(q, k, v, do, s, s_pre, scale, softcap)
 
 
