@@ -39,19 +39,46 @@ def _head_scores(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos
     return s, position_admissible(qi, kj, causal, left, right, k_len), s_pre
 
 
-def _head_probs(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos=None):
+TILE = 128  # keys per tile of the flash kernels' online softmax, as the contracts state
+
+
+def _rounded_weights(s, ok, round_to):
+    """One row's softmax weights under round_p, as the mixed contract's prose states it: each
+    128-key tile's exp(s - m_t), m_t the largest admissible score of the row through that tile,
+    rounded to round_to and carried to the row's final max exactly; the denominator is the sum of
+    the unrounded weights."""
+    m = s[ok].max()
+    w = np.zeros_like(s)
+    m_t = -np.inf
+    for j0 in range(0, s.size, TILE):
+        tile = slice(j0, j0 + TILE)
+        if ok[tile].any():
+            m_t = max(m_t, s[tile][ok[tile]].max())
+        if m_t == -np.inf:
+            continue
+        e = np.where(ok[tile], np.exp(np.where(ok[tile], s[tile], m_t) - m_t), 0.0)
+        w[tile] = e.astype(round_to).astype(np.float64) * np.exp(m_t - m)
+    return w / np.exp(s[ok] - m).sum()
+
+
+def _head_probs(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos=None, round_to=None):
     s, ok, s_pre = _head_scores(qh, kh, scale, causal, left, right, softcap, k_len, slope, qpos)
     p = np.zeros_like(s)
     for i in range(s.shape[0]):
         row = s[i][ok[i]]
         if row.size == 0 or not np.isfinite(row.max()):
             continue
+        if round_to is not None:
+            p[i] = _rounded_weights(s[i], ok[i], round_to)
+            continue
         e = np.exp(row - row.max())
         p[i, ok[i]] = e / e.sum()
     return p, s_pre
 
 
-def forward(q, k, v, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None, k_len=None):
+def forward(q, k, v, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None, k_len=None,
+            round_to=None):
+    """round_to: round_p's weights, rounded to that type (_rounded_weights)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     b_, hq, sq, d = q.shape
     group = hq // k.shape[1]
@@ -60,7 +87,8 @@ def forward(q, k, v, alibi=None, scale=None, causal=False, left=None, right=None
     for b in range(b_):
         for h in range(hq):
             slope = None if alibi is None else float(alibi[h])
-            p, _ = _head_probs(q[b, h], k[b, h // group], scale, causal, left, right, softcap, k_len, slope)
+            p, _ = _head_probs(q[b, h], k[b, h // group], scale, causal, left, right, softcap, k_len, slope,
+                               round_to=round_to)
             out[b, h] = p @ v[b, h // group]
     return out
 

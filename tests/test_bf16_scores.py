@@ -165,18 +165,19 @@ def _split3(p):
     return p1, p2, p3
 
 
-def _terms_by_32(acc, a, b, split_left):
+def _terms_by_32(acc, a, b, split_left, split=_split3):
     """acc + a b as the tiles sum it when one operand is float32 (a if split_left, else b): that
     operand split into its three bf16 terms, per 32 steps of the inner dimension the three terms in
-    turn, step by step (each product exact, each addition rounded to float32)."""
-    terms = _split3(a if split_left else b)
+    turn, step by step (each product exact, each addition rounded to float32).  split: the terms
+    (one, the operand itself, where it holds bf16 values already: round_p's P)."""
+    terms = split(a if split_left else b)
     for k0 in range(0, a.shape[1], 32):
         for t in terms:
             acc = _pairs_sum(acc, t if split_left else a, (b if split_left else t).T, range(k0, k0 + 32))
     return acc
 
 
-def _pv_tiles_model(p, v, o):
+def _pv_tiles_model(p, v, o, split=_split3):
     """The tile form of O += P V: rows in whole 16-row tiles, keys in whole 32-key blocks, columns
     in whole 16-column tiles take, per 32 keys, P's three bf16 terms in turn, key by key (each
     product exact, each addition rounded to float32); the float32 loops (the form beside vdpbf16ps
@@ -188,7 +189,7 @@ def _pv_tiles_model(p, v, o):
     with _form("vdpbf16ps"):
         out = c._test_pv_bf16v(p, v, o)
         if rt and kt and ct:
-            acc = _terms_by_32(o[:rt, :ct].copy(), p[:rt, :kt], v[:kt, :ct], split_left=True)
+            acc = _terms_by_32(o[:rt, :ct].copy(), p[:rt, :kt], v[:kt, :ct], split_left=True, split=split)
             if kt < keys:
                 acc = c._test_pv_bf16v(np.ascontiguousarray(p[:rt, kt:]), np.ascontiguousarray(v[kt:, :ct]), acc)
             out[:rt, :ct] = acc
@@ -215,6 +216,35 @@ def test_pv_of_each_form(rows, keys, d, prepaired):
     # the tiles add three terms per key: at most 3 * keys + 1 roundings of sums below this
     bound = (3 * keys + 1) * 2.0**-24 * (np.abs(o).astype(np.float64) + p.astype(np.float64) @ np.abs(v).astype(np.float64))
     _check_each_product_form(lambda: c._test_pv_bf16v(p, v, o, prepaired), exact, bound, _pv_tiles_model(p, v, o),
+                             tiles_ran=rows >= 16 and keys >= 32 and d >= 16)
+
+
+@pytest.mark.parametrize("rows,keys,d", [(64, 128, 64), (64, 128, 128), (20, 100, 40), (48, 96, 200), (5, 40, 7),
+                                         (33, 64, 33), (64, 127, 136), (16, 32, 16)])
+def test_rounded_pv_of_each_form(rows, keys, d):
+    """round_p's O += P V: P rounded to bf16 (nearest even), then beside vdpbf16ps scores
+    vdpbf16ps on P's and V's pairs (per element the pairs in key order, in each the odd product
+    then the even: the instruction's model above), beside tile scores one tile term per 32 keys
+    (P is its own bf16 term) and the float32 loops on the rounded P at the edges."""
+    c = core()
+    rng = np.random.default_rng(rows * keys + d)
+    p = rng.random((rows, keys)).astype(np.float32)
+    v = _bf16_values((keys, d), keys + 3 * d)
+    o = rng.standard_normal((rows, d)).astype(np.float32)
+    if not c._TEST_HAVE_DPBF16:  # the float32 loops on the rounded P
+        got = c._test_pv_bf16v(p, v, o, True, True)
+        pr = p.astype(ml_dtypes.bfloat16).astype(np.float64)
+        assert np.all(np.abs(got - (o + pr @ v)) <= (keys + 1) * 2.0**-24 * (np.abs(o) + pr @ np.abs(v)))
+        return
+    pr = p.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert not np.array_equal(pr, p)
+    exact = o.astype(np.float64) + pr.astype(np.float64) @ v.astype(np.float64)
+    bound = (keys + 1) * 2.0**-24 * (np.abs(o).astype(np.float64) + pr.astype(np.float64) @ np.abs(v).astype(np.float64))
+    with _form("vdpbf16ps"):
+        got = c._test_pv_bf16v(p, v, o, True, True)
+        assert _bits(got) == _bits(_pairs_sum(o.copy(), pr, v.T, _vdpbf16ps_order(0, keys)))
+    _check_each_product_form(lambda: c._test_pv_bf16v(p, v, o, True, True), exact, bound,
+                             _pv_tiles_model(pr, v, o, split=lambda x: (x,)),
                              tiles_ran=rows >= 16 and keys >= 32 and d >= 16)
 
 

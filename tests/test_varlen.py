@@ -165,13 +165,17 @@ def test_peers_head_dims(d):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
 def test_one_square_causal_sequence_is_attention_flash(dtype):
     """lq = lk: bottom-right and top-left are one mask, and the rows run attention_flash's loops,
-    so the bits are attention_flash's (mixed for bf16/f16) on the [1, H, S, D] view."""
+    so the bits are attention_flash's (mixed for bf16/f16, in the same P V mode) on the [1, H, S, D]
+    view."""
     q, k, v, cu_q, cu_k = packed([300], [300], 8, 2, 64, dtype, seed=3)
-    out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
-    flash = fuel_cy.attention_flash if dtype in (np.float32, np.float64) else fuel_cy.attention_flash_mixed
     as4 = [np.ascontiguousarray(x.transpose(1, 0, 2)[None]) for x in (q, k, v)]
-    expected = flash(*as4, causal=True)[0].transpose(1, 0, 2)
-    assert bits(out) == bits(np.ascontiguousarray(expected))
+    if dtype in (np.float32, np.float64):
+        pairs = [(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True), fuel_cy.attention_flash(*as4, causal=True))]
+    else:
+        pairs = [(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True, round_p=rp),
+                  fuel_cy.attention_flash_mixed(*as4, causal=True, round_p=rp)) for rp in (True, False)]
+    for out, expected in pairs:
+        assert bits(out) == bits(np.ascontiguousarray(expected[0].transpose(1, 0, 2)))
 
 
 def test_a_decode_step_sees_the_whole_cache():

@@ -55,6 +55,9 @@ cdef struct AttnOpts:
     Py_ssize_t m_sb, m_sh, m_si
     const void* bias
     Py_ssize_t a_sb, a_sh, a_si
+    # round_p (float32 compute on bf16/f16 inputs): each tile's P rounded to bf16 (1) or f16 (2)
+    # before P V, after its row sums; 0: P stays float32
+    int round_p
 
 
 cdef inline Py_ssize_t key_row(AttnOpts* o, Py_ssize_t j) noexcept nogil:

@@ -301,7 +301,13 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.mask = NULL
     o.bias = NULL
     o.m_sb = o.m_sh = o.m_si = o.a_sb = o.a_sh = o.a_si = 0
+    o.round_p = 0   # set by the half-type drivers (_round_p)
     return o
+
+
+cdef int _round_p(dict params, int is_f16):
+    """AttnOpts.round_p for a half-type call: the contract's `round_p`, in T's terms."""
+    return (2 if is_f16 else 1) if params.get("round_p") else 0
 
 
 cdef void _layouts(Shape* sh, const Py_ssize_t* strides) noexcept:
@@ -378,7 +384,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                      const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False, const Py_ssize_t* strides=NULL,
                      float* lse=NULL, Py_ssize_t lse_ld=0, const unsigned short* k16=NULL,
                      const unsigned short* v16=NULL, int is_f16=0, const unsigned int* ktable=NULL,
-                     Py_ssize_t kbs=0):
+                     Py_ssize_t kbs=0, int round_p=0):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
     fc_amx.h).  shift: the masks' alignment (_opts).  mask, bias: attention_masked's [MB, MH, MQ,
     Sk] boolean mask and additive bias (flash only), mask_dims (MB, MH, MQ, AB, AH, AQ) their
@@ -388,7 +394,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     step (Sq == 1) under float32 compute reads K and V in their bf16/f16 storage (is_f16) where
     they lie, laid out as `strides` says (k and v are then NULL; AttnOpts.k16).  ktable, kbs: a
     decode step's keys through a paged pool's table row (AttnOpts.ktable; the rows `strides` steps
-    by are the pool's)."""
+    by are the pool's).  round_p: AttnOpts.round_p (_round_p; float32 compute only)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if k16 != NULL and (naive or bf16_pairs or sh.Sq != 1 or real_t is not float or rnd_t is not RoundNone):
@@ -415,6 +421,9 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     o.is_f16 = is_f16
     o.ktable = ktable
     o.kbs = kbs
+    if round_p and (real_t is not float or rnd_t is not RoundNone or naive):
+        raise ValueError("fuel_cy core: round_p is a float32-compute flash mode")
+    o.round_p = round_p
     if lse != NULL:
         if naive:
             raise ValueError("fuel_cy core: the naive forward has no log-sum-exp output")
@@ -440,7 +449,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         per_thread = flash_scratch(sh.D)
     cdef int nt = <int>min(nthreads, ntasks)
     # V's keys paired once per kv head where P V takes the tiles (fc_amx.h), not per query tile
-    cdef bint vpairs = bf16_pairs and not naive and fc_bf16_on_tiles()
+    cdef bint vpairs = bf16_pairs and not naive and (fc_bf16_on_tiles() or round_p == 1)
     # a decode step under the float32/float64 policies: the scores are row dots with K's rows,
     # no packed K^T (one query row per head reads each key once either way)
     cdef bint krows = rnd_t is RoundNone and not naive and not bf16_pairs and sh.Sq == 1 and k16 == NULL
@@ -673,7 +682,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
                     const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
                     const unsigned int* table, Py_ssize_t mbs, const unsigned int* used, const real_t* slopes,
                     Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params, int nthreads,
-                    bint bf16_pairs, const Py_ssize_t* rs):
+                    bint bf16_pairs, const Py_ssize_t* rs, int round_p=0):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
     cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and its keys rows cu_k[b] .. cu_k[b + 1] of k, v
     [NB * BS, Hkv, D], or (table, mbs per sequence) key j at row j % BS of block table[b, j // BS]
@@ -704,7 +713,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     cdef Py_ssize_t qr = rs[0], qh = rs[1], kr = rs[2], kh = rs[3], vr = rs[4], vh = rs[5]
     # the decode steps (sequences of one query) first, all in one task list
     _varlen_decodes(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
-                    dims, params, nthreads, rs)
+                    dims, params, nthreads, rs, round_p)
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
@@ -736,14 +745,15 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
         _forward(tag, q + q0 * qr, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb),
                  slopes + b * slopes_ld if slopes != NULL else NULL,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
-                 <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq)
+                 <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
+                 NULL, NULL, 0, NULL, 0, round_p)
 
 
 cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
                             const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
                             const unsigned int* table, Py_ssize_t mbs, const unsigned int* used,
                             const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims,
-                            dict params, int nthreads, const Py_ssize_t* rs):
+                            dict params, int nthreads, const Py_ssize_t* rs, int round_p=0):
     """Every sequence of _varlen with one query and at least one key (a decode step), as one task
     list (kernels.pxi decodes_core): a team per sequence cost more than a short sequence's math.
     K and V are read where they lie, packed rows or a paged pool's rows through the sequence's
@@ -762,6 +772,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
     # per decode step: its Shape, AttnOpts and operand pointers, in buffers numpy owns (a failed
     # allocation is a MemoryError)
     cdef AttnOpts base = _opts(params, 1, 1, 0)
+    base.round_p = round_p
     wl_param, wr_param = params.get("window_size_left"), params.get("window_size_right")
     shapes_buf = _np.empty(n * sizeof(Shape), _np.uint8)
     opts_buf = _np.empty(n * sizeof(AttnOpts), _np.uint8)

@@ -55,7 +55,7 @@ cdef object drive_attention_flash_half(RoundNone tag, const float* q, const floa
     reading K and V in their 16-bit storage, C-contiguous, widened in registers (no copy)."""
     _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False,
              bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, NULL, <const float*>NULL, None, False, NULL,
-             NULL, 0, k16, v16, is_f16)
+             NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16))
 
 
 # ---- paged decode over a block table ------------------------------------------------------------
@@ -133,7 +133,7 @@ cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const uns
     vdpbf16ps or AMX tiles where the CPU has them (as drive_attention_flash_half)."""
     _varlen(tag, q, <const float*>NULL, <const float*>NULL, k, v, is_f16, cu_seqlens_q, cu_seqlens_k, block_table,
             max_blocks, seqused_k, slopes, slopes_ld, out, lse, dims, params, nthreads,
-            bool(FC_HAVE_DPBF16) and not is_f16, row_strides)
+            bool(FC_HAVE_DPBF16) and not is_f16, row_strides, _round_p(params, is_f16))
 
 
 # ---- torch SDPA's masks: a boolean mask and an additive bias, broadcast (top-left masks) ---------
@@ -163,7 +163,7 @@ cdef object drive_attention_masked_half(RoundNone tag, const float* q, const flo
     widened in registers: a KV cache is read at two bytes an element, never copied."""
     _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False,
              bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, attn_mask, attn_bias, mask_dims, False,
-             strides, NULL, 0, k16, v16, is_f16)
+             strides, NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16))
 
 
 # ---- the model-facing kernels' backwards: dq, dk, dv ---------------------------------------------

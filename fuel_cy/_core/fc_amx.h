@@ -168,7 +168,7 @@ static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32
 #define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
                  ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,      \
-                 const uint32_t* vpairs) {                                                       \
+                 const uint32_t* vpairs, int nterms) {                                           \
     ptrdiff_t rows_t = nrows4 / 16 * 16, keys_t = ncols / 32 * 32, cols_t = D / 16 * 16;        \
     if (!rows_t || !keys_t || !cols_t || rows_t > FC_AMX_PV_ROWS || ncols > FC_BC) {             \
         fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);                       \
@@ -201,7 +201,7 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
                 for (ptrdiff_t k = 0; k < kp_n; k += 16) {                                       \
                     LOAD(6, vb + k * ldvp + d, sv);                                              \
                     if (twoc) LOAD(7, vb + k * ldvp + d + 16, sv);                               \
-                    for (int t = 0; t < 3; t++) {                                                \
+                    for (int t = 0; t < nterms; t++) {                                           \
                         LOAD(4, terms[t] + i * kp_n + k, sa);                                    \
                         DP(0, 4, 6);                                                             \
                         if (twoc) DP(1, 4, 7);                                                   \
@@ -417,8 +417,8 @@ FC_DEFINE_TN_AMX(fc_tn_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, 
 /* The float32 loops with fc_pv_amx's arguments (V's pairs, if any, are for the tiles only) */
 static inline void fc_pv_loops_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
                                      const float* V, ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O,
-                                     ptrdiff_t ldo, const uint32_t* vpairs) {
-    (void)vpairs;
+                                     ptrdiff_t ldo, const uint32_t* vpairs, int nterms) {
+    (void)vpairs; (void)nterms;
     fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
 }
 
@@ -445,12 +445,14 @@ static inline void fc_qk_dpbf16(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t 
 }
 
 /* O += P V of the mixed bf16 flash (V's rows hold bf16 values), in the form this CPU takes: the
- * float32 loops (the float32 kernel's sums) beside vdpbf16ps scores, the tiles beside tile scores. */
+ * float32 loops (the float32 kernel's sums) beside vdpbf16ps scores, the tiles beside tile scores.
+ * nterms: 3 for a float32 P (its exact split); 1 where P holds bf16 values already (round_p: the
+ * one term is P itself, one tile product per block). */
 static inline void fc_pv_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,
                                ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,
-                               const uint32_t* vpairs) {
+                               const uint32_t* vpairs, int nterms) {
     FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_loops_bf16v,
-                      (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo, vpairs));
+                      (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo, vpairs, nterms));
 }
 
 /* Whether the bf16 products take the tiles (then the backward keeps its dK and dV accumulators

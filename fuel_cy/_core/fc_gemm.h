@@ -503,11 +503,74 @@ static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdif
                                     float* S, ptrdiff_t lds, ptrdiff_t ncols) {
     fc_qk_dpbf16_part(Qp, 0, nrows4, D2, 0, Kp, S, lds, 0, ncols, 0);
 }
+
+/* O += P V with P rounded to bf16 (the round_p mode): P's rows (float32, ldp apart, keys [0,
+ * ncols), ncols <= FC_BC) rounded to nearest even by vcvtne2ps2bf16 into bf16 pairs of keys (Pp:
+ * [nrows][FC_BC / 2] scratch, keys 2k low, 2k + 1 high, keys >= ncols zero), then per output
+ * element one vdpbf16ps per key pair against V's pairs (Vp [FC_BC / 2][D], fc_pack_v_pairs_bf16),
+ * pairs in order from O's value: float32 sums of exact products, in an order fixed by the shapes
+ * only.  NRB rows x NV vectors of 16 columns per register block, the last vector masked to D. */
+#define FC_PV_DPBF16_BLOCK(NRB, NV)                                                              \
+    {                                                                                            \
+        __m512 a[NRB][NV];                                                                       \
+        for (int r = 0; r < NRB; r++)                                                            \
+            for (int v = 0; v < NV; v++)                                                         \
+                a[r][v] = _mm512_maskz_loadu_ps(v == NV - 1 ? mlast : 0xffff, O + (i + r) * ldo + d0 + 16 * v); \
+        const uint32_t* vp = Vp + d0;                                                            \
+        for (ptrdiff_t k = 0; k < K2; k++, vp += D) {                                            \
+            __m512bh w[NV];                                                                      \
+            for (int v = 0; v < NV; v++)                                                         \
+                w[v] = (__m512bh)_mm512_maskz_loadu_epi32(v == NV - 1 ? mlast : 0xffff, vp + 16 * v); \
+            for (int r = 0; r < NRB; r++) {                                                      \
+                __m512bh pb = (__m512bh)_mm512_set1_epi32((int)Pp[(i + r) * (FC_BC / 2) + k]);   \
+                for (int v = 0; v < NV; v++) a[r][v] = _mm512_dpbf16_ps(a[r][v], pb, w[v]);      \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < NRB; r++)                                                            \
+            for (int v = 0; v < NV; v++)                                                         \
+                _mm512_mask_storeu_ps(O + (i + r) * ldo + d0 + 16 * v, v == NV - 1 ? mlast : 0xffff, a[r][v]); \
+    }
+#define FC_PV_DPBF16_ROWS(NV)                                                                    \
+    {                                                                                            \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + 4 <= nrows; i += 4) FC_PV_DPBF16_BLOCK(4, NV)                                 \
+        for (; i < nrows; i++) FC_PV_DPBF16_BLOCK(1, NV)                                         \
+    }
+static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
+                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp) {
+    ptrdiff_t K2 = (ncols + 1) / 2;
+    for (ptrdiff_t r = 0; r < nrows; r++) {
+        const float* p = P + r * ldp;
+        uint32_t* pp = Pp + r * (FC_BC / 2);
+        for (ptrdiff_t j = 0; j < ncols; j += 32) {
+            ptrdiff_t n = ncols - j;
+            __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+            __mmask16 m1 = n >= 32 ? 0xffff : (n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0);
+            __m512 a = _mm512_maskz_loadu_ps(m0, p + j), b = _mm512_maskz_loadu_ps(m1, p + j + 16);
+            _mm512_storeu_si512(pp + j / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        }
+    }
+    for (ptrdiff_t d0 = 0; d0 < D; d0 += 64) {
+        ptrdiff_t w = D - d0 < 64 ? D - d0 : 64;
+        int nv = (int)((w + 15) / 16);
+        __mmask16 mlast = (w % 16) ? (__mmask16)((1u << (w % 16)) - 1) : 0xffff;
+        switch (nv) {
+            case 4: FC_PV_DPBF16_ROWS(4) break;
+            case 3: FC_PV_DPBF16_ROWS(3) break;
+            case 2: FC_PV_DPBF16_ROWS(2) break;
+            default: FC_PV_DPBF16_ROWS(1) break;
+        }
+    }
+}
 #else
 #define FC_HAVE_DPBF16 0
 static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
                                 float* S, ptrdiff_t lds, ptrdiff_t ncols) {
     (void)Qp; (void)nrows4; (void)D2; (void)Kp; (void)S; (void)lds; (void)ncols;  /* never called */
+}
+static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
+                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp) {
+    (void)P; (void)ldp; (void)nrows; (void)ncols; (void)Vp; (void)D; (void)O; (void)ldo; (void)Pp;  /* never called */
 }
 #endif
 

@@ -312,4 +312,22 @@ static inline void fc_rf16_v2(fc_vec_f32* x0, fc_vec_f32* x1) FC_PAIR_OF(fc_rf16
 #define fc_rbf16_cvt_v2 fc_rbf16_exact_v2
 #endif
 
+
+/* The weights P of a flash tile rounded in place to bf16 (is_f16 0) or f16 (1), to nearest even,
+ * rows [0, nrows) x keys [0, ncols): the round_p mode of the mixed and model kernels, before a P V
+ * whose products with V (values of T) are then exact in float32. */
+static inline void fc_round_rows_half(float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, int is_f16) {
+    for (ptrdiff_t r = 0; r < nrows; r++) {
+        float* p = P + r * ldp;
+        ptrdiff_t i = 0;
+        for (; i + FC_W32 <= ncols; i += FC_W32) {
+            fc_vec_f32 x;
+            memcpy(&x, p + i, FC_VBYTES);
+            x = is_f16 ? fc_rf16_v(x) : fc_rbf16_exact_v(x);
+            memcpy(p + i, &x, FC_VBYTES);
+        }
+        for (; i < ncols; i++) p[i] = is_f16 ? fc_round_f16(p[i]) : fc_round_bf16(p[i]);
+    }
+}
+
 #endif

@@ -103,8 +103,21 @@ cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nhe
 
 
 cdef inline Py_ssize_t flash_scratch(Py_ssize_t D) noexcept nogil:
-    """The work-type elements of one thread's flash_task scratch: Q, S, O, m, l and Q's bf16 pairs."""
-    return 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * ((D + 1) // 2)
+    """The work-type elements of one thread's flash_task scratch: Q, S, O, m, l, Q's bf16 pairs and
+    P's (round_p)."""
+    return 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * ((D + 1) // 2) + BR_FLASH * (BC // 2)
+
+
+cdef inline void pv_bf16_rounded(float* P, Py_ssize_t ldp, Py_ssize_t nr4, Py_ssize_t nc, const float* V,
+                                 Py_ssize_t ldv, float** rows, Py_ssize_t D, float* O, Py_ssize_t ldo,
+                                 const unsigned int* vpairs, unsigned int* Pp) noexcept nogil:
+    """O += P V for bf16-valued V with P rounded to bf16 first (round_p): vdpbf16ps on P's and V's
+    pairs (vpairs: this tile's, fc_pack_v_pairs_bf16), or on the tiles one product per block."""
+    if FC_HAVE_DPBF16 and vpairs != NULL and not fc_bf16_on_tiles():
+        fc_pv_dpbf16_vec(P, ldp, nr4, nc, vpairs, D, O, ldo, Pp)
+    else:
+        fc_round_rows_half(P, ldp, nr4, nc, 0)
+        fc_pv_bf16v(P, ldp, nr4, nc, V, ldv, rows, D, O, ldo, vpairs, 1)
 
 
 cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
@@ -159,6 +172,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t* l = m + BR_FLASH
     cdef unsigned int* Qp = <unsigned int*>(l + BR_FLASH)   # BR_FLASH * D2: Q as bf16 pairs
     cdef Py_ssize_t D2 = (D + 1) // 2
+    cdef unsigned int* Pp = Qp + BR_FLASH * D2              # BR_FLASH * BC / 2: P as bf16 pairs
+    cdef const unsigned int* vtile
     cdef real_t* rows[BC]
     cdef real_t* srow
     cdef real_t* orow
@@ -325,6 +340,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             for jj in range(nc):
                 rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
             if rnd_t is RoundNone and real_t is float:
+                if o.round_p:
+                    fc_round_rows_half(S, BC, nr4, nc, o.round_p == 2)
                 fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
             continue
         for jj in range(nc):
@@ -333,9 +350,15 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             pv_accum(tag, S, BC, nr4, nc, rows, D, O, D)
         elif kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
             if rnd_t is RoundNone and real_t is float:
-                fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D,
-                            vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D if vpp != NULL else NULL)
+                vtile = vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D if vpp != NULL else NULL
+                if o.round_p:
+                    pv_bf16_rounded(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, Pp)
+                else:
+                    fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, 3)
         else:
+            if rnd_t is RoundNone and real_t is float:
+                if o.round_p:   # (bf16 without AVX512-BF16, f16): P rounded, then the float32 loops
+                    fc_round_rows_half(S, BC, nr4, nc, o.round_p == 2)
             pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D)
     for r in range(nr):
         orow = out + row_offset(&sh.lo, b * sh.Hq + rh[r], rp[r])
@@ -800,7 +823,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     rows[j] = kbase + (j0 + j) * D
                 if kpp != NULL:  # bf16 K: on the tiles too where the scores are
                     if rnd_t is RoundNone and real_t is float:
-                        fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D, NULL)
+                        fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D, NULL, 3)
                 else:
                     pv_accum_contig(tag, dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
             for r in range(nr):

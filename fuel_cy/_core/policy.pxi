@@ -58,7 +58,10 @@ cdef extern from "fc_simd.h" nogil:
     # fc_amx.h: O += P V beside the bf16 scores (float32 loops, or tiles where the scores take them)
     void fc_pv_bf16v(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
                      Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
-                     const unsigned int* vpairs)
+                     const unsigned int* vpairs, int nterms)
+    # fc_gemm.h: O += P V with P rounded to bf16 by the conversion, on vdpbf16ps (round_p)
+    void fc_pv_dpbf16_vec(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols,
+                          const unsigned int* Vp, Py_ssize_t D, float* O, Py_ssize_t ldo, unsigned int* Pp)
     # and the backward's dV/dK products there, into accumulators held transposed ([D][keys])
     bint fc_bf16_on_tiles()
     enum: FC_AMX_TN_ROWS   # query rows per call on the tiles, at most
@@ -68,6 +71,7 @@ cdef extern from "fc_simd.h" nogil:
     # fc_half.h: bf16/f16 storage <-> float32
     void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)
     void fc_narrow_half(const float* x, unsigned short* out, Py_ssize_t n, int is_f16)
+    void fc_round_rows_half(float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols, int is_f16)
     enum: FC_PAGED_LOOKAHEAD   # rows past the computed ones that the paged heads loops prefetch
     void fc_rowdots_heads_h16(const float* Q, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D,
                               const unsigned short** krows, Py_ssize_t ncols, Py_ssize_t navail, float* S,

@@ -278,11 +278,12 @@ def _test_qk_dpbf16(float[:, ::1] q, float[:, ::1] k):
     return s[:nr, :n].copy()
 
 
-def _test_pv_bf16v(float[:, ::1] p, float[:, ::1] v, float[:, ::1] o, bint prepaired=False):
+def _test_pv_bf16v(float[:, ::1] p, float[:, ::1] v, float[:, ::1] o, bint prepaired=False, bint rounded=False):
     """Testing hook: fc_pv_bf16v's O + P V (the mixed bf16 flash's P V, in the form the scores take)
     for p [rows, keys <= 128], bf16-valued v [keys, D] and o [rows, D]; rows padded to a multiple
     of 4 with zero rows, as the flash tiles are.  prepaired: V's keys paired first, as the flash
-    does once per kv head (fc_pack_v_pairs_bf16), instead of inside the product."""
+    does once per kv head (fc_pack_v_pairs_bf16), instead of inside the product.  rounded: the
+    round_p product (P rounded to bf16 first: pv_bf16_rounded, vdpbf16ps on prepaired pairs)."""
     cdef Py_ssize_t nr = p.shape[0], n = p.shape[1], D = v.shape[1], j
     cdef Py_ssize_t nr4 = (nr + NR - 1) // NR * NR
     if n > BC or v.shape[0] != n or o.shape[0] != nr or o.shape[1] != D:
@@ -303,9 +304,14 @@ def _test_pv_bf16v(float[:, ::1] p, float[:, ::1] v, float[:, ::1] o, bint prepa
     cdef unsigned int[::1] pp = pairs
     if prepaired and n and D:
         fc_pack_v_pairs_bf16(rows, n, D, &pp[0])
-    if nr and n and D:
+    ppairs = _np.zeros(max(nr4, 1) * (BC // 2), dtype=_np.uint32)
+    cdef unsigned int[::1] ppr = ppairs
+    if nr and n and D and rounded:
+        pv_bf16_rounded(&pv[0, 0], pv.shape[1], nr4, n, &vv[0, 0], vv.shape[1], rows, D, &ov[0, 0], ov.shape[1],
+                        &pp[0] if prepaired else NULL, &ppr[0])
+    elif nr and n and D:
         fc_pv_bf16v(&pv[0, 0], pv.shape[1], nr4, n, &vv[0, 0], vv.shape[1], rows, D, &ov[0, 0], ov.shape[1],
-                    &pp[0] if prepaired else NULL)
+                    &pp[0] if prepaired else NULL, 3)
     return opad[:nr, :D].copy()
 
 

@@ -34,21 +34,40 @@ def _scores(q, k, scale, causal, wl, wr, softcap, k_len, alibi, qpos=None):
     return np.where(masked, -np.inf, s), s_pre
 
 
-def _softmax(s):
+FLASH_TILE = 128   # keys per tile of the flash kernels' online softmax (the contracts state it)
+
+
+def _half_type(x: object) -> object:
+    """The 16-bit float type of an input (round_p rounds P to it), or None."""
+    dt = np.asarray(x).dtype
+    return dt if dt.itemsize == 2 else None
+
+
+def _softmax(s, round_to=None):
+    """Softmax over the last axis; a row with no admissible key gives zeros.  round_to (round_p):
+    each key tile's weights exp(s - m_t), m_t the row's running max through that tile, rounded to
+    that type before they weigh V, the denominator from the unrounded weights."""
     m = s.max(axis=-1, keepdims=True)
     dead = ~np.isfinite(m)
-    p = np.exp(s - np.where(dead, 0.0, m))
+    m0 = np.where(dead, 0.0, m)
+    p = np.exp(s - m0)
     l = p.sum(axis=-1, keepdims=True)
+    if round_to is not None:
+        for j0 in range(0, s.shape[-1], FLASH_TILE):
+            mt = s[..., : j0 + FLASH_TILE].max(axis=-1, keepdims=True)
+            mt = np.where(np.isfinite(mt), mt, m0)
+            w = np.exp(s[..., j0 : j0 + FLASH_TILE] - mt).astype(round_to).astype(np.float64)
+            p[..., j0 : j0 + FLASH_TILE] = w * np.exp(mt - m0)
     return np.where(dead | (l == 0), 0.0, p / np.where(l == 0, 1.0, l))
 
 
 def attention(q, k, v, alibi=None, *, softmax_scale=None, causal=False, window_size_left=None,
-              window_size_right=None, softcap=None, k_len=None):
+              window_size_right=None, softcap=None, k_len=None, round_p=False):
     d = q.shape[-1]
     scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
     s, _ = _scores(q, k, scale, causal, window_size_left, window_size_right, softcap, k_len, alibi)
     vv = np.repeat(np.asarray(v, np.float64), q.shape[1] // k.shape[1], axis=1)
-    return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
+    return np.einsum("bhij,bhjd->bhid", _softmax(s, _half_type(q) if round_p else None), vv)
 
 
 def _masked_scores(q, k, attn_mask, attn_bias, softmax_scale, causal, softcap):
@@ -63,18 +82,22 @@ def _masked_scores(q, k, attn_mask, attn_bias, softmax_scale, causal, softcap):
     return s, s_pre, scale
 
 
-def masked_attention(q, k, v, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False, softcap=None):
+def masked_attention(q, k, v, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False, softcap=None,
+                     round_p=False):
     """torch SDPA's masks: scores (scale a float64), softcap, + attn_bias, then -inf where attn_mask
-    is False or causal (top-left) masks; both broadcast to [B, Hq, Sq, Sk]."""
+    is False or causal (top-left) masks; both broadcast to [B, Hq, Sq, Sk].  round_p: P rounded
+    to a 16-bit input's type before P V, per key tile (_softmax)."""
     s, _, _ = _masked_scores(q, k, attn_mask, attn_bias, softmax_scale, causal, softcap)
     vv = np.repeat(np.asarray(v, np.float64), q.shape[1] // k.shape[1], axis=1)
-    return np.einsum("bhij,bhjd->bhid", _softmax(s), vv)
+    return np.einsum("bhij,bhjd->bhid", _softmax(s, _half_type(q) if round_p else None), vv)
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi=None, *, softmax_scale=None, causal=False,
-                     window_size_left=None, window_size_right=None, softcap=None):
+                     window_size_left=None, window_size_right=None, softcap=None, round_p=False):
     """Packed sequences [T, H, D]: each alone, query i at key position p = i + lk - lq
-    (bottom-right); ALiBi in flash-attn's form, -slope * |p - j|."""
+    (bottom-right); ALiBi in flash-attn's form, -slope * |p - j|.  round_p: as masked_attention's,
+    each sequence's key tiles from its first key."""
+    round_to = _half_type(q) if round_p else None
     d = q.shape[-1]
     scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
     out = np.zeros(q.shape, np.float64)
@@ -89,7 +112,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi=None, *, softmax
         if alibi is not None:
             dist = np.abs(qpos[:, None] - np.arange(k1 - k0)[None, :])
             s = s - np.asarray(alibi, np.float64)[None, :, None, None] * dist
-        o = np.einsum("bhij,bhjd->bhid", _softmax(s), np.repeat(vb, group, axis=1))
+        o = np.einsum("bhij,bhjd->bhid", _softmax(s, round_to), np.repeat(vb, group, axis=1))
         out[q0:q1] = o[0].transpose(1, 0, 2)
     return out
 

@@ -1,6 +1,8 @@
 """Random-input runs of the kernels, checked against the float64 reference (`run`, `demo`)."""
 from __future__ import annotations
 
+import inspect
+
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -130,6 +132,8 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
     params: dict[str, Any] = {}
     if spec.softcap is not None:
         params["softcap"] = spec.softcap
+    if "round_p" in entry.params:   # the kernel's default P V mode, stated to the reference too
+        params["round_p"] = inspect.signature(entry.fn).parameters["round_p"].default
     if kind == "paged":
         q = rand(shapes["q"])
         kc = rand(shapes["k_cache"])

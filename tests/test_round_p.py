@@ -1,0 +1,112 @@
+"""round_p: P rounded to T before P V (torch's CPU flash, flash-attn's and vLLM's order), as the
+mixed contract states it, checked against the suite's own float64 reference of that statement
+(reference_impl._rounded_weights: each 128-key tile's weights rounded against the row's running
+max), in every bf16 product form this CPU level has, for the three kernels that take it; and the
+defaults: on for the model-facing kernels' half types, off for attention_flash_mixed, no effect on
+float32."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_cy
+import reference_impl as ref
+from inputs import attention_inputs
+from measures import bits
+from test_bf16_scores import _each_form
+
+from fuel_cy.runtime.cpu import core
+
+BF16 = ml_dtypes.bfloat16
+TYPES = {"bf16": BF16, "f16": np.float16}
+# (hq, hkv, s, d): several key tiles with a ragged last one, GQA, one tile, odd D, a short tile
+SHAPES = [(2, 1, 300, 72), (4, 4, 129, 64), (2, 2, 77, 16), (2, 1, 160, 33)]
+
+
+def _kernel_call(name, q, k, v, causal, **kw):
+    """One of the three kernels on [1, H, S, D] inputs, its output as [1, H, S, D] float64."""
+    d = q.shape[-1]
+    scale = 1 / np.sqrt(d)
+    if name == "attention_masked":
+        return fuel_cy.attention_masked(q, k, v, None, None, softmax_scale=scale, causal=causal, **kw)
+    if name == "attention_flash_mixed":
+        return fuel_cy.attention_flash_mixed(q, k, v, softmax_scale=scale, causal=causal, **kw)
+    # one packed sequence: bottom-right alignment is top-left at lq == lk
+    qp, kp, vp = (np.ascontiguousarray(x[0].transpose(1, 0, 2)) for x in (q, k, v))
+    cu = np.array([0, q.shape[2]], np.uint32)
+    out = fuel_cy.attention_varlen(qp, kp, vp, cu, cu, softmax_scale=scale, causal=causal, **kw)
+    return out.transpose(1, 0, 2)[None]
+
+
+def _match(got, want, T, vmax):
+    """The fraction of elements equal to the reference rounded to T, and whether every element is
+    near it: two units of T's last place of the output, plus one of a weight (a weight that
+    rounds the other way moves an output by at most that times max |v|)."""
+    w = want.astype(T).astype(np.float64)
+    g = np.asarray(got).astype(np.float64)
+    ulp = 2.0 ** (-7 if T is BF16 else -10)
+    return float(np.mean(g == w)), bool(np.all(np.abs(g - w) <= 2 * ulp * np.abs(w) + ulp * vmax))
+
+
+@pytest.mark.parametrize("tname", TYPES)
+@pytest.mark.parametrize("name", ["attention_masked", "attention_varlen", "attention_flash_mixed"])
+@pytest.mark.parametrize("hq,hkv,s,d", SHAPES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_round_p_is_the_tile_rounded_reference(tname, name, hq, hkv, s, d, causal):
+    T = TYPES[tname]
+    q, k, v, _ = attention_inputs(1, hq, hkv, s, s, d, T, False, seed=s + d)
+    rounded = ref.forward(q, k, v, scale=1 / np.sqrt(d), causal=causal, round_to=T)
+    exact = ref.forward(q, k, v, scale=1 / np.sqrt(d), causal=causal)
+    vmax = float(np.abs(v.astype(np.float64)).max())
+    for form in (_each_form() if T is BF16 and core()._TEST_HAVE_DPBF16 else [None]):
+        got = _kernel_call(name, q, k, v, causal, round_p=True)
+        same, near = _match(got, rounded, T, vmax)
+        # the kernel's exp is float32's, so a weight next to a rounding boundary of T may round
+        # the other way: nearly every element is the reference's, none is far from it
+        assert near and same >= 0.97, (form, same)
+        assert same > _match(got, exact, T, vmax)[0] + 0.05, form   # it is the rounded mode, not the exact one
+        got_exact = _kernel_call(name, q, k, v, causal, round_p=False)
+        same_x, near_x = _match(got_exact, exact, T, vmax)
+        assert near_x and same_x >= 0.99, (form, same_x)
+
+
+@pytest.mark.parametrize("tname", TYPES)
+def test_defaults_are_fast_for_models_and_exact_for_the_mixed_kernel(tname):
+    T = TYPES[tname]
+    q, k, v, _ = attention_inputs(1, 2, 2, 200, 200, 64, T, False, seed=3)
+    for name, default in (("attention_masked", True), ("attention_varlen", True), ("attention_flash_mixed", False)):
+        assert bits(_kernel_call(name, q, k, v, True)) == bits(_kernel_call(name, q, k, v, True, round_p=default))
+        assert bits(_kernel_call(name, q, k, v, True)) != bits(_kernel_call(name, q, k, v, True, round_p=not default))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_p_leaves_f32_and_f64_alone(dtype):
+    """P is in T already: the flag changes no bit."""
+    q, k, v, _ = attention_inputs(1, 2, 1, 150, 150, 32, dtype, False, seed=4)
+    for name in ("attention_masked", "attention_varlen"):
+        assert bits(_kernel_call(name, q, k, v, False, round_p=True)) == bits(_kernel_call(name, q, k, v, False,
+                                                                                            round_p=False))
+
+
+@pytest.mark.parametrize("tname", TYPES)
+def test_round_p_bits_do_not_depend_on_threads(tname):
+    T = TYPES[tname]
+    q, k, v, _ = attention_inputs(2, 4, 2, 260, 260, 64, T, False, seed=5)
+    try:
+        fuel_cy.set_num_threads(1)
+        one = bits(fuel_cy.attention_masked(q, k, v, None, None, causal=True))
+        fuel_cy.set_num_threads(2)
+        two = bits(fuel_cy.attention_masked(q, k, v, None, None, causal=True))
+    finally:
+        fuel_cy.set_num_threads(0)
+    assert one == two
+
+
+def test_round_p_decode_step_reads_the_cache_in_place():
+    """A decode step (one query row, K and V read in their 16-bit storage) rounds P too."""
+    q, k, v, _ = attention_inputs(1, 4, 2, 1, 300, 64, BF16, False, seed=6)
+    got = fuel_cy.attention_masked(q, k, v, None, None, softmax_scale=0.125)
+    same, near = _match(got, ref.forward(q, k, v, scale=0.125, round_to=BF16), BF16,
+                        float(np.abs(v.astype(np.float64)).max()))
+    assert near and same >= 0.97
