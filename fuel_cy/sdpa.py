@@ -80,12 +80,13 @@ def _fold_mask(ops: ArrayOps, mask: Any, target: tuple[int, ...], B: int) -> Any
 
 def sdpa(ops: ArrayOps, kernel: Callable[..., Any], query: Any, key: Any, value: Any, attn_mask: Any = None,
          dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
-         enable_gqa: bool = False, softcap: Optional[float] = None) -> Any:
+         enable_gqa: bool = False, softcap: Optional[float] = None, round_p: bool = True) -> Any:
     """torch's SDPA arguments -> one call of `kernel` (attention_masked, numpy's or torch's)."""
     if (attn_mask is None and dropout_p == 0.0 and ops.is_array(query) and ops.is_array(key) and ops.is_array(value)
             and query.ndim == key.ndim == value.ndim == 4 and (enable_gqa or query.shape[1] == key.shape[1])):
         # [B, H, L, E] with no mask (a decode step's call): nothing to map
-        return kernel(query, key, value, None, None, softmax_scale=scale, causal=bool(is_causal), softcap=softcap)
+        return kernel(query, key, value, None, None, softmax_scale=scale, causal=bool(is_causal), softcap=softcap,
+                      round_p=round_p)
     arrays = {"query": query, "key": key, "value": value}
     for name, x in arrays.items():
         if not ops.is_array(x):
@@ -133,14 +134,15 @@ def sdpa(ops: ArrayOps, kernel: Callable[..., Any], query: Any, key: Any, value:
         else:
             bias = folded
     out = kernel(q4, k4, v4, attn_mask=mask, attn_bias=bias, softmax_scale=scale, causal=bool(is_causal),
-                 softcap=softcap)
+                 softcap=softcap, round_p=round_p)
     return out.reshape(qs[:-1] + (_shape(out)[-1],))
 
 
 def scaled_dot_product_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray,
                                  attn_mask: Optional[np.ndarray] = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: Optional[float] = None,
-                                 enable_gqa: bool = False, *, softcap: Optional[float] = None) -> np.ndarray:
+                                 enable_gqa: bool = False, *, softcap: Optional[float] = None,
+                                 round_p: bool = True) -> np.ndarray:
     """`torch.nn.functional.scaled_dot_product_attention` on numpy arrays.
 
     query `[..., Hq, L, E]`, key and value `[..., Hkv, S, E]` (the same leading dims; `Hkv = Hq`
@@ -151,7 +153,10 @@ def scaled_dot_product_attention(query: np.ndarray, key: np.ndarray, value: np.n
     `scale`: None is `1 / sqrt(E)`. `dropout_p` must be 0. `softcap` (fuel_cy's, keyword-only):
     scores become `tanh(s / c) * c` before the mask is added. A row with no admissible key gives
     zeros (torch's math backend gives NaN). float32/float64 compute in their own type,
-    bfloat16/float16 in float32 with the output rounded once. Runs `attention_masked`.
+    bfloat16/float16 in float32 with the output rounded once; `round_p` (fuel_cy's, keyword-only)
+    rounds the softmax weights to the input's type before they multiply V, as torch's CPU flash
+    attention does, which runs that product at the half-precision rate; `round_p=False` keeps them
+    float32. Runs `attention_masked`.
 
     >>> import numpy as np, fuel_cy
     >>> q = np.random.default_rng(0).standard_normal((2, 8, 128, 64), dtype=np.float32)
@@ -167,7 +172,7 @@ def scaled_dot_product_attention(query: np.ndarray, key: np.ndarray, value: np.n
 
         kernel = _attention_masked = attention_masked
     return sdpa(NUMPY_OPS, kernel, query, key, value, attn_mask, dropout_p, is_causal, scale,
-                enable_gqa, softcap)
+                enable_gqa, softcap, round_p)
 
 
 _attention_masked: Optional[Callable[..., np.ndarray]] = None

@@ -377,13 +377,16 @@ TORCH_OPS = ArrayOps(
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: Optional[float] = None,
-                                 enable_gqa: bool = False, *, softcap: Optional[float] = None) -> torch.Tensor:
+                                 enable_gqa: bool = False, *, softcap: Optional[float] = None,
+                                 round_p: bool = True) -> torch.Tensor:
     """`fuel_cy.scaled_dot_product_attention` on CPU tensors: the arguments of
     `torch.nn.functional.scaled_dot_product_attention`, run by the op
     `torch.ops.fuel_cy.attention_masked` (traceable by `torch.compile(fullgraph=True)`). An
     expanded mask (`expand`, stride 0) is read without being materialized. Differentiable in
     query, key and value (`attention_masked_backward`); a float `attn_mask` that requires grad is
-    an error at backward (the kernel gives the bias no gradient)."""
+    an error at backward (the kernel gives the bias no gradient). `round_p`: bf16/f16 softmax
+    weights rounded to the input's type before they multiply V, as torch's CPU flash attention
+    (False: kept float32)."""
     if not _dispatch_needed():
         # nothing for torch to record: the numpy entry on the tensors' memory, without the op's
         # dispatch (the same kernel, the same bits; a decode step's call is dominated by that cost).
@@ -394,9 +397,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         m = None if attn_mask is None else _direct_view(attn_mask, grad)
         if q is not None and k is not None and v is not None and (m is not None or attn_mask is None):
             return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, q, k, v, m, dropout_p, is_causal, scale, enable_gqa,
-                                   softcap))
+                                   softcap, round_p))
     return sdpa(TORCH_OPS, _PUBLIC["attention_masked"], query, key, value, attn_mask, dropout_p, is_causal,
-                scale, enable_gqa, softcap)
+                scale, enable_gqa, softcap, round_p)
 
 
 __all__ = [*_PUBLIC, "scaled_dot_product_attention"]

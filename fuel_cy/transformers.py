@@ -5,7 +5,9 @@
 
 Importing this module registers the name "fuel_cy" with transformers' ``AttentionInterface`` (the
 attention function) and ``AttentionMaskInterface`` (the mask builder); ``register(name)`` adds
-another name.  Registering the mask builder too matters: transformers builds no mask at all for an
+another name, and ``register(name, round_p=False)`` one whose bf16/f16 softmax weights stay float32
+in the product with V (the default rounds them to the input's type first, as torch's CPU flash
+attention does).  Registering the mask builder too matters: transformers builds no mask at all for an
 implementation it does not know, and padding would be dropped without an error.
 
 The masks are transformers' own boolean sdpa masks (True takes part): padding left or right,
@@ -21,6 +23,7 @@ Importing this module imports torch and transformers; ``import fuel_cy`` alone n
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
@@ -37,10 +40,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       attention_mask: Optional[torch.Tensor], dropout: float = 0.0,
                       scaling: Optional[float] = None, is_causal: Optional[bool] = None,
                       softcap: Optional[float] = None, position_bias: Optional[torch.Tensor] = None,
-                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+                      round_p: bool = True, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-function protocol: query ``[B, Hq, L, D]``, key and value ``[B,
     Hkv, S, D]``, the mask from the mask builder registered beside it; returns ``([B, L, Hq, D],
-    None)`` (no attention weights)."""
+    None)`` (no attention weights).  round_p: as `fuel_cy.torch.scaled_dot_product_attention`'s."""
     q_length = query.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # as sdpa: the kernel's top-left causal is the model's mask only when transformers dropped
@@ -51,13 +54,15 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         causal = False
     out = _fuel_torch.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal, scale=scaling,
-        enable_gqa=query.shape[1] != key.shape[1], softcap=softcap)
+        enable_gqa=query.shape[1] != key.shape[1], softcap=softcap, round_p=round_p)
     return out.transpose(1, 2).contiguous(), None
 
 
-def register(name: str = NAME) -> None:
-    """Register fuel_cy's attention and its mask builder under ``name`` (idempotent)."""
-    AttentionInterface.register(name, attention_forward)
+def register(name: str = NAME, *, round_p: bool = True) -> None:
+    """Register fuel_cy's attention and its mask builder under ``name`` (idempotent); round_p=False:
+    bf16/f16 softmax weights kept float32 in the product with V (the exact-P mode)."""
+    AttentionInterface.register(name, attention_forward if round_p else functools.partial(attention_forward,
+                                                                                         round_p=False))
     AttentionMaskInterface.register(name, sdpa_mask)
 
 

@@ -114,3 +114,18 @@ def test_torch_entry_matches_torch_and_compiles():
     compiled = torch.compile(lambda q, k, v, m: ft.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
                              fullgraph=True)
     assert torch.equal(compiled(q, k, v, keep), out)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "autograd"])
+def test_round_p_reaches_the_kernel(grad):
+    """bf16: the default rounds P to bf16 (attention_masked's default), round_p=False keeps it
+    float32, through the direct path and through the op that autograd records alike."""
+    import fuel_cy.torch as ft
+
+    q, k, v = arrays(1, 4, 2, 200, 200, 64, ml_dtypes.bfloat16, seed=8)
+    t = [torch.from_numpy(x.view(np.uint16).astype(np.int32)).to(torch.int16).view(torch.bfloat16).requires_grad_(grad)
+         for x in (q, k, v)]
+    for round_p in (True, False):
+        got = ft.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True, round_p=round_p)
+        want = fuel_cy.attention_masked(q, k, v, causal=True, round_p=round_p)
+        assert bits(got.detach().view(torch.int16).numpy()) == bits(want.view(np.int16))

@@ -101,15 +101,24 @@ def test_bert_encoder_with_padding():
 
 
 def test_bf16_is_within_sdpas_distance_of_the_f32_truth():
+    """In both P V modes: the default (P rounded to bf16, as torch's CPU flash) and the exact-P
+    backend one register() argument away; the two are different computations."""
+    fct.register("fuel_cy_exact", round_p=False)
     truth_model, _ = _pair("llama")
     sdpa16, ours16 = _pair("llama", other="sdpa", dtype=torch.bfloat16)
+    exact16 = copy.deepcopy(ours16)
+    exact16.config._attn_implementation = "fuel_cy_exact"
     ids, mask = _batch(3)
     keep = mask.bool()
     with torch.no_grad():
         truth = truth_model(ids, attention_mask=mask).logits
         err_sdpa = float((sdpa16(ids, attention_mask=mask).logits.float() - truth)[keep].abs().max())
-        err_ours = float((ours16(ids, attention_mask=mask).logits.float() - truth)[keep].abs().max())
-    assert err_ours <= 1.5 * err_sdpa, (err_ours, err_sdpa)
+        fast = ours16(ids, attention_mask=mask).logits
+        exact = exact16(ids, attention_mask=mask).logits
+    for got in (fast, exact):
+        err_ours = float((got.float() - truth)[keep].abs().max())
+        assert err_ours <= 1.5 * err_sdpa, (err_ours, err_sdpa)
+    assert not torch.equal(fast, exact)
 
 
 def test_a_compiled_model_gives_the_eager_models_logits():
