@@ -110,8 +110,11 @@ def largest_row_max(q, k, alibi=None, scale=None, causal=False, left=None, right
     return top
 
 
-def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None):
+def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None,
+             round_to=None):
+    """round_to (round_p): P and dS rounded to that type before the products they enter."""
     q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, do))
+    rnd = (lambda x: x.astype(round_to).astype(np.float64)) if round_to is not None else (lambda x: x)
     b_, hq, sq, d = q.shape
     group = hq // k.shape[1]
     scale, softcap = _params(d, scale, softcap)
@@ -121,11 +124,12 @@ def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right
             hk = h // group
             slope = None if alibi is None else float(alibi[h])
             p, s_pre = _head_probs(q[b, h], k[b, hk], scale, causal, left, right, softcap, None, slope)
-            dv[b, hk] += p.T @ do[b, h]
+            dv[b, hk] += rnd(p).T @ do[b, h]
             dp = do[b, h] @ v[b, hk].T
             ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
             if softcap is not None:
                 ds *= 1 - np.tanh(s_pre / softcap) ** 2
+            ds = rnd(ds)
             dq[b, h] = scale * ds @ k[b, hk]
             dk[b, hk] += scale * ds.T @ q[b, h]
     return dq, dk, dv

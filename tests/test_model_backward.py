@@ -95,10 +95,14 @@ def test_masked_backward_without_masks_gives_flash_backwards_bits(dtype):
     flash = fuel_cy.attention_flash_backward_mixed if np.dtype(dtype).itemsize == 2 else fuel_cy.attention_flash_backward
     for causal in (False, True):
         # (a scale float32 holds exactly: attention_masked's is a float64, attention_flash's a float32)
-        a = fuel_cy.attention_masked_backward(q, k, v, do, softmax_scale=0.125, causal=causal, softcap=5.0)
-        b = flash(q, k, v, do, softmax_scale=0.125, causal=causal, softcap=5.0)
-        for x, y in zip(a, b):
-            assert x.tobytes() == y.tobytes()
+        # (half types in the same round_p mode: the model-facing default rounds, the mixed one not)
+        for rp in (True, False):
+            a = fuel_cy.attention_masked_backward(q, k, v, do, softmax_scale=0.125, causal=causal, softcap=5.0,
+                                                  round_p=rp)
+            b = flash(q, k, v, do, softmax_scale=0.125, causal=causal, softcap=5.0,
+                      **({"round_p": rp} if flash is fuel_cy.attention_flash_backward_mixed else {}))
+            for x, y in zip(a, b):
+                assert x.tobytes() == y.tobytes()
 
 
 # ---- varlen ---------------------------------------------------------------------------------------
@@ -189,12 +193,14 @@ def test_varlen_backward_of_one_causal_sequence_gives_flash_backwards_bits(dtype
     S, H, D = 77, 4, 32
     q, k, v, do = (_rand(rng, (S, H, D), dtype) for _ in range(4))
     cu = np.array([0, S], np.uint32)
-    got = fuel_cy.attention_varlen_backward(q, k, v, do, cu, cu, softmax_scale=0.2, causal=True)
     flash = fuel_cy.attention_flash_backward_mixed if np.dtype(dtype).itemsize == 2 else fuel_cy.attention_flash_backward
     as4 = lambda x: np.ascontiguousarray(x.transpose(1, 0, 2)[None])   # noqa: E731
-    want = flash(as4(q), as4(k), as4(v), as4(do), softmax_scale=0.2, causal=True)
-    for g, w in zip(got, want):
-        assert g.tobytes() == np.ascontiguousarray(w[0].transpose(1, 0, 2)).tobytes()
+    for rp in (True, False):   # (half types in the same round_p mode)
+        got = fuel_cy.attention_varlen_backward(q, k, v, do, cu, cu, softmax_scale=0.2, causal=True, round_p=rp)
+        want = flash(as4(q), as4(k), as4(v), as4(do), softmax_scale=0.2, causal=True,
+                     **({"round_p": rp} if flash is fuel_cy.attention_flash_backward_mixed else {}))
+        for g, w in zip(got, want):
+            assert g.tobytes() == np.ascontiguousarray(w[0].transpose(1, 0, 2)).tobytes()
 
 
 def test_varlen_backward_keeps_a_rank4_key_arrays_shape():

@@ -1,5 +1,6 @@
-"""round_p: P rounded to T before P V (torch's CPU flash, flash-attn's and vLLM's order), as the
-mixed contract states it, checked against the suite's own float64 reference of that statement
+"""round_p: P rounded to T before P V (torch's CPU flash, flash-attn's and vLLM's order), and in
+the backwards P and dS rounded before their products (flash-attn's), as the mixed contract states
+it, checked against the suite's own float64 reference of that statement
 (reference_impl._rounded_weights: each 128-key tile's weights rounded against the row's running
 max), in every bf16 product form this CPU level has, for the three kernels that take it; and the
 defaults: on for the model-facing kernels' half types, off for attention_flash_mixed, no effect on
@@ -110,3 +111,53 @@ def test_round_p_decode_step_reads_the_cache_in_place():
     same, near = _match(got, ref.forward(q, k, v, scale=0.125, round_to=BF16), BF16,
                         float(np.abs(v.astype(np.float64)).max()))
     assert near and same >= 0.97
+
+
+def _backward_call(name, q, k, v, do, causal, **kw):
+    """One of the three backwards on [1, H, S, D] inputs: (dq, dk, dv) as [1, H, S, D]."""
+    scale = 1 / np.sqrt(q.shape[-1])
+    if name == "attention_masked_backward":
+        return fuel_cy.attention_masked_backward(q, k, v, do, None, None, softmax_scale=scale, causal=causal, **kw)
+    if name == "attention_flash_backward_mixed":
+        return fuel_cy.attention_flash_backward_mixed(q, k, v, do, softmax_scale=scale, causal=causal, **kw)
+    packed = [np.ascontiguousarray(x[0].transpose(1, 0, 2)) for x in (q, k, v, do)]
+    cu = np.array([0, q.shape[2]], np.uint32)
+    grads = fuel_cy.attention_varlen_backward(*packed, cu, cu, softmax_scale=scale, causal=causal, **kw)
+    return [g.transpose(1, 0, 2)[None] for g in grads]
+
+
+@pytest.mark.parametrize("tname", TYPES)
+@pytest.mark.parametrize("name", ["attention_masked_backward", "attention_varlen_backward",
+                                  "attention_flash_backward_mixed"])
+@pytest.mark.parametrize("hq,hkv,s,d", SHAPES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_backward_round_p_is_the_rounded_reference(tname, name, hq, hkv, s, d, causal):
+    """P (from the row's final statistics) and dS rounded to T before dV = P^T dO, dK = dS^T Q
+    and dQ = dS K; in every product form (vdpbf16ps for all five products at an even D)."""
+    T = TYPES[tname]
+    q, k, v, do, _ = attention_inputs(1, hq, hkv, s, s, d, T, False, seed=s * d, with_do=True)
+    scale = 1 / np.sqrt(d)
+    rounded = ref.backward(q, k, v, do, scale=scale, causal=causal, round_to=T)
+    exact = ref.backward(q, k, v, do, scale=scale, causal=causal)
+    for form in (_each_form() if T is BF16 and core()._TEST_HAVE_DPBF16 else [None]):
+        got = _backward_call(name, q, k, v, do, causal, round_p=True)
+        got_exact = _backward_call(name, q, k, v, do, causal, round_p=False)
+        for g, gx, want, want_x, wrt in zip(got, got_exact, rounded, exact, ("dq", "dk", "dv")):
+            scale_of = float(np.abs(want).max())
+            same, near = _match(g, want, T, scale_of)
+            assert near and same >= 0.97, (form, wrt, same)
+            assert same > _match(g, want_x, T, scale_of)[0] + 0.05, (form, wrt)
+            same_x, near_x = _match(gx, want_x, T, scale_of)
+            assert near_x and same_x >= 0.98, (form, wrt, same_x)
+
+
+def test_backward_defaults_pair_with_the_forwards():
+    """The model-facing backwards round by default, as their forwards; the mixed one does not."""
+    q, k, v, do, _ = attention_inputs(1, 2, 1, 160, 160, 64, BF16, False, seed=9, with_do=True)
+    for name, default in (("attention_masked_backward", True), ("attention_varlen_backward", True),
+                          ("attention_flash_backward_mixed", False)):
+        plain = _backward_call(name, q, k, v, do, True)
+        same = _backward_call(name, q, k, v, do, True, round_p=default)
+        other = _backward_call(name, q, k, v, do, True, round_p=not default)
+        assert all(bits(a) == bits(b) for a, b in zip(plain, same))
+        assert any(bits(a) != bits(b) for a, b in zip(plain, other))

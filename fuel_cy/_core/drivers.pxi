@@ -530,12 +530,13 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
                       const real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                       tuple dims, dict params, int nthreads, bint bf16_pairs, Py_ssize_t shift=0,
                       bint alibi_abs=False, const unsigned char* mask=NULL, const real_t* bias=NULL,
-                      tuple mask_dims=None, const float* dlse=NULL, Py_ssize_t dlse_ld=0):
+                      tuple mask_dims=None, const float* dlse=NULL, Py_ssize_t dlse_ld=0, int round_p=0):
     """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps.  shift,
     alibi_abs, mask, bias, mask_dims: as _forward's (the masks' alignment, flash-attn's ALiBi
     form, attention_masked's boolean mask and additive bias), so each forward's scores are
     recomputed as it made them.  dlse: the gradient of the forward's log-sum-exp, row i of the
-    flattened head bh at dlse[bh * dlse_ld + i] (AttnOpts.lse), or NULL."""
+    flattened head bh at dlse[bh * dlse_ld + i] (AttnOpts.lse), or NULL.  round_p: AttnOpts.round_p
+    (_round_p; float32 compute only)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     _layouts(&sh, NULL)
@@ -555,6 +556,12 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
         _mask_strides(mask_dims[3:], &sh, &o.a_sb, &o.a_sh, &o.a_si)
     o.lse = <float*>dlse   # (read, never written, by the backward)
     o.lse_ld = dlse_ld
+    if round_p and (real_t is not float or rnd_t is not RoundNone):
+        raise ValueError("fuel_cy core: round_p is a float32-compute mode")
+    o.round_p = round_p
+    # round_p's vdpbf16ps products need K's keys paired per column (for dQ = dS K) and an even D
+    # (dV^T and dK^T take D as rows in pairs); else P and dS are rounded for the other forms
+    cdef bint kv_pairs = bf16_pairs and round_p == 1 and not fc_bf16_on_tiles() and sh.D % 2 == 0
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
     cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
@@ -564,13 +571,15 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     # one buffer: packed K and V (or their bf16 pairs), then every thread's scratch, 64-byte aligned
     cdef Py_ssize_t packed = 0 if bf16_pairs else _up64(chunk * per_head * sizeof(real_t))
     cdef Py_ssize_t pairs = _up64(chunk * ntiles * D2 * BC * sizeof(unsigned int)) if bf16_pairs else 0
-    buf = _scratch("backward", 2 * packed + 2 * pairs + nt * per_thread * sizeof(real_t))
+    cdef Py_ssize_t kvpairs = _up64(chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int)) if kv_pairs else 0
+    buf = _scratch("backward", 2 * packed + 2 * pairs + kvpairs + nt * per_thread * sizeof(real_t))
     cdef char* base = _aligned(buf)
     cdef real_t* ktp = <real_t*>base
     cdef real_t* vtp = <real_t*>(base + packed)
     cdef unsigned int* kpp_p = <unsigned int*>(base + 2 * packed) if bf16_pairs else NULL
     cdef unsigned int* vpp_p = <unsigned int*>(base + 2 * packed + pairs) if bf16_pairs else NULL
-    cdef real_t* scratch = <real_t*>(base + 2 * packed + 2 * pairs)
+    cdef unsigned int* kvp_p = <unsigned int*>(base + 2 * packed + 2 * pairs) if kv_pairs else NULL
+    cdef real_t* scratch = <real_t*>(base + 2 * packed + 2 * pairs + kvpairs)
     cdef Py_ssize_t kv0, nkv
     cdef fc_interrupt it
     fc_interrupt_init(&it, _on_main_thread())
@@ -583,10 +592,12 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
                 if bf16_pairs:
                     pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
                     pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt)
+                if kv_pairs:
+                    pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kvp_p, nt, True)
             if not bf16_pairs:
                 pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
                 pack_heads(<real_t*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vtp, nt)
-            backward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p,
+            backward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p, kvp_p,
                           <real_t*>dout, <real_t*>slopes, dq, dk, dv, &sh, &o, scratch, per_thread, nt)
             kv0 += nkv
     fc_interrupt_raise(&it)
@@ -623,7 +634,8 @@ cdef void _scatter_rows(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize
 cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
                              const unsigned int* cu_q, const unsigned int* cu_k, const unsigned int* used,
                              const real_t* slopes, Py_ssize_t slopes_ld, const float* dlse, real_t* dq,
-                             real_t* dk, real_t* dv, tuple dims, dict params, int nthreads, bint bf16_pairs):
+                             real_t* dk, real_t* dv, tuple dims, dict params, int nthreads, bint bf16_pairs,
+                             int round_p=0):
     """The gradients of _varlen for packed keys: q, dout [Tq, Hq, D], k, v [NB * BS, Hkv, D], all
     C-contiguous (the validators checked the offsets and lengths: every row read lies in the
     arrays).  Each sequence's rows are gathered into [1, H, l, D] operands and run through
@@ -671,7 +683,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
             _gather_rows(v, NULL, 0, NULL, 1, k0, lk, Hkv, D, Hkv * D, D, vg, nt)
         _backward(tag, qg, kg, vg, dog, slopes + b * slopes_ld if slopes != NULL else NULL, dqg, dkg, dvg,
                   (1, Hq, Hkv, lq, lk, D), params, nthreads, bf16_pairs, lk - lq, True, NULL, NULL, None,
-                  dlse + q0 if dlse != NULL else NULL, Tq)
+                  dlse + q0 if dlse != NULL else NULL, Tq, round_p)
         with nogil:
             _scatter_rows(dqg, q0, lq, Hq, D, dq, nt)
             _scatter_rows(dkg, k0, lk, Hkv, D, dk, nt)

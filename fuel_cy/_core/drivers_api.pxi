@@ -99,7 +99,8 @@ cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, c
     bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products and the three products with P and dS
     (float32 values) float32 FMAs; where the CPU has AMX-BF16, all five run on the tiles (P and dS
     split into three exact bf16 terms: fc_amx.h)."""
-    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16)
+    _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16,
+              0, False, NULL, NULL, None, NULL, 0, _round_p(params, is_f16))
 
 
 # ---- packed variable-length sequences (flash-attn's varlen layout, bottom-right masks) -----------
@@ -192,7 +193,7 @@ cdef object drive_attention_varlen_backward_half(RoundNone tag, const float* q, 
     (bf16 S and dP by vdpbf16ps or AMX tiles where the CPU has them, as
     drive_attention_flash_backward_half)."""
     _varlen_backward(tag, q, k, v, dout, cu_seqlens_q, cu_seqlens_k, seqused_k, slopes, slopes_ld, dlse, dq, dk,
-                     dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16)
+                     dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16, _round_p(params, is_f16))
 
 
 cdef object drive_attention_masked_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
@@ -212,4 +213,4 @@ cdef object drive_attention_masked_backward_half(RoundNone tag, const float* q, 
                                                  int is_f16):
     """drive_attention_masked_backward on bf16/f16 inputs widened exactly, under float32 compute."""
     _backward(tag, q, k, v, dout, NULL, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16,
-              0, False, attn_mask, attn_bias, mask_dims)
+              0, False, attn_mask, attn_bias, mask_dims, NULL, 0, _round_p(params, is_f16))

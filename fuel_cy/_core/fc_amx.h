@@ -61,8 +61,8 @@ static inline void fc_tn_part_f32(const float* P, ptrdiff_t ldp, ptrdiff_t r0, p
 /* the float32 form of the whole product (the form beside vdpbf16ps scores, for the tests: the
  * kernels keep fc_gemm_tn_f32 on an untransposed accumulator there) */
 static inline void fc_tn_f32(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,
-                             ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {
-    (void)xt;
+                             ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt, int nterms) {
+    (void)xt; (void)nterms;
     fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, 0, D, Ct, ldc);
 }
 
@@ -254,7 +254,7 @@ static inline void fc_split3_pair_bf16(const float* a, const float* b, uint32_t*
 }
 #define FC_DEFINE_TN_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,  \
-                 ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {            \
+                 ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt, int nterms) { \
     ptrdiff_t rows_t = nrows / 32 * 32, keys_t = ncols / 16 * 16, d_t = D / 16 * 16;            \
     if (rows_t > FC_AMX_TN_ROWS) rows_t = FC_AMX_TN_ROWS;                                        \
     if (!rows_t || !keys_t || !d_t) {                                                            \
@@ -284,7 +284,7 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
                 for (ptrdiff_t k = 0; k < kp; k += 16) {                                         \
                     LOAD(4, xt + d * kp + k, sx);                                                \
                     if (twod) LOAD(5, xt + (d + 16) * kp + k, sx);                               \
-                    for (int t = 0; t < 3; t++) {                                                \
+                    for (int t = 0; t < nterms; t++) {                                           \
                         LOAD(6, terms[t] + k * w + j, sw);                                       \
                         if (twoc) LOAD(7, terms[t] + k * w + j + 16, sw);                        \
                         DP(0, 4, 6);                                                             \
@@ -460,10 +460,11 @@ static inline void fc_pv_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, 
 static inline int fc_bf16_on_tiles(void) { return fc_bf16_scores_form != FC_SCORES_VDPBF16PS; }
 
 /* Ct += X^T P of the mixed bf16 backward (dV += P^T dO, dK += dS^T Q into transposed accumulators)
- * on the tiles, in the tile form this CPU takes; the float32 loop otherwise (tests only). */
+ * on the tiles, in the tile form this CPU takes; the float32 loop otherwise (tests only).  nterms
+ * as fc_pv_bf16v's (1: P holds bf16 values, round_p). */
 static inline void fc_tn_bf16t(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,
-                               ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {
-    FC_BY_SCORES_FORM(fc_tn_amx, fc_tn_amx_emulated, fc_tn_f32, (P, ldp, nrows, ncols, X, ldx, D, Ct, ldc, xt));
+                               ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt, int nterms) {
+    FC_BY_SCORES_FORM(fc_tn_amx, fc_tn_amx_emulated, fc_tn_f32, (P, ldp, nrows, ncols, X, ldx, D, Ct, ldc, xt, nterms));
 }
 
 #endif

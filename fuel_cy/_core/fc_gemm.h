@@ -572,6 +572,12 @@ static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nro
                                     const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp) {
     (void)P; (void)ldp; (void)nrows; (void)ncols; (void)Vp; (void)D; (void)O; (void)ldo; (void)Pp;  /* never called */
 }
+static inline void fc_qk_dpbf16_part(const uint32_t* Qp, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t D2, ptrdiff_t p0,
+                                     const uint32_t* Kp, float* S, ptrdiff_t lds, ptrdiff_t j_begin,
+                                     ptrdiff_t j_end, int acc) {
+    (void)Qp; (void)i0; (void)i1; (void)D2; (void)p0; (void)Kp; (void)S; (void)lds; (void)j_begin; (void)j_end;
+    (void)acc;  /* never called */
+}
 #endif
 
 /* ---- The "math in T" bf16 GEMMs with the additions on vdpbf16ps (AVX512-BF16). ---------------

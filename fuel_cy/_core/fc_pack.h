@@ -6,6 +6,7 @@
 #ifndef FUEL_CY_FC_PACK_H
 #define FUEL_CY_FC_PACK_H
 #include "fc_isa.h"
+#include "fc_math.h"   /* fc_f32_to_bf16_bits */
 
 /* ---- K^T packing: out[d * FC_BC + j] = rows[j][d] for j < n, zero for n <= j < FC_BC. ----------
  * Done in square blocks of one vector's lanes (16, 8 or 4) transposed in registers; the
@@ -151,6 +152,48 @@ static inline void fc_pack_v_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff
             out[k * D + d] = (e >> 16) | (o & 0xffff0000u);
         }
     }
+}
+
+/* The backward's round_p products on vdpbf16ps (fc_qk_dpbf16_part with the query rows as the
+ * contraction): X rows [nrows][ldx] of float32 (P or dS) rounded to bf16 (nearest even; the
+ * vector part by vcvtneps2bf16, which reads a float32 subnormal as zero) and paired, rows 2k and
+ * 2k + 1 per column: out[k * FC_BC + j] for k < ceil(nrows / 2) and j < FC_BC, columns j >= ncols
+ * and a missing odd row zero (Kp's layout).  Rounding here, not in a pass of its own over P and
+ * dS, saves two sweeps of rows that outgrow L2 at long sequences. */
+static inline void fc_pair_cols_bf16(const float* X, ptrdiff_t ldx, ptrdiff_t nrows, ptrdiff_t ncols, uint32_t* out) {
+    for (ptrdiff_t k = 0; 2 * k < nrows; k++) {
+        const float* e = X + 2 * k * ldx;
+        const float* o = 2 * k + 1 < nrows ? X + (2 * k + 1) * ldx : NULL;
+        ptrdiff_t j = 0;
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+        if (o)
+            for (; j + 16 <= ncols; j += 16) {
+                __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(e + j)));
+                __m512i b = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(o + j)));
+                _mm512_storeu_si512(out + k * FC_BC + j, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+            }
+#endif
+        for (; j < FC_BC; j++) {
+            uint32_t a = 0, b = 0;
+            if (j < ncols) {
+                a = fc_f32_to_bf16_bits(e[j]);
+                if (o) b = fc_f32_to_bf16_bits(o[j]);
+            }
+            out[k * FC_BC + j] = a | (b << 16);
+        }
+    }
+}
+/* X rows [nrows][ldx] of bf16-valued floats -> transposed pairs of rows, out[d * R2 + k] =
+ * (X[2k][d], X[2k + 1][d]) for d < D, k < R2 = ceil(nrows / 2) (Qp's layout with D as its rows). */
+static inline void fc_pair_rows_t_bf16(const float* X, ptrdiff_t ldx, ptrdiff_t nrows, ptrdiff_t D, uint32_t* out) {
+    ptrdiff_t R2 = (nrows + 1) / 2;
+    for (ptrdiff_t k = 0; k < R2; k++)
+        for (ptrdiff_t d = 0; d < D; d++) {
+            uint32_t a, b = 0;
+            memcpy(&a, X + 2 * k * ldx + d, 4);
+            if (2 * k + 1 < nrows) memcpy(&b, X + (2 * k + 1) * ldx + d, 4);
+            out[d * R2 + k] = (a >> 16) | (b & 0xffff0000u);
+        }
 }
 
 #endif

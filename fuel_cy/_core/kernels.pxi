@@ -698,13 +698,16 @@ cdef inline void transpose_pad(real_t* src, Py_ssize_t lds, Py_ssize_t nrows4, P
 
 
 cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* k, real_t* ktp, real_t* vtp,
-                               const unsigned int* kpp, const unsigned int* vpp,
+                               const unsigned int* kpp, const unsigned int* vpp, const unsigned int* kvp,
                                real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                                Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
     # kpp/vpp, when not NULL (bf16 inputs under float32 compute), hold K and V as bf16 pairs
     # instead of ktp/vtp: S = Q K^T and dP = dO V^T come from fc_qk_dpbf16, dQ = dS K from
     # fc_pv_bf16v; where those take the tiles, dV and dK do too (fc_tn_bf16t), their accumulators
-    # held transposed ([D][Skp]) so that P and dS are read in the tiles' layout
+    # held transposed ([D][Skp]) so that P and dS are read in the tiles' layout.  With round_p
+    # (AttnOpts), P and dS are rounded to T before the three products they enter; for bf16 beside
+    # vdpbf16ps scores (kvp: K's keys paired per column, as V's for the forward's P V) all five
+    # products then run on vdpbf16ps, dV and dK held transposed as on the tiles.
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), Skp = ntiles * BC, Sk4 = (Sk + NR - 1) // NR * NR
     cdef Py_ssize_t kvh = kv0 + task
@@ -738,10 +741,14 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
     cdef Py_ssize_t br = fc_bwd_rows   # rows per step; the buffers hold BR_BWD
     cdef bint tiles = kpp != NULL and fc_bf16_on_tiles()
-    # dK and dV accumulate [key][D], or [D][Skp] (held transposed) on the tiles
-    cdef Py_ssize_t per_key = 1 if tiles else D, per_col = Skp if tiles else 1
-    zero(dKa, Skp * D if tiles else Sk4 * D)
-    zero(dVa, Skp * D if tiles else Sk4 * D)
+    cdef bint rvec = kvp != NULL and not tiles   # round_p's vdpbf16ps products (D even: _backward)
+    cdef int nterms = 1 if o.round_p else 3
+    cdef Py_ssize_t R2, nct
+    # dK and dV accumulate [key][D], or [D][Skp] (held transposed) on the tiles and under rvec
+    cdef bint transposed = tiles or rvec
+    cdef Py_ssize_t per_key = 1 if transposed else D, per_col = Skp if transposed else 1
+    zero(dKa, Skp * D if transposed else Sk4 * D)
+    zero(dVa, Skp * D if transposed else Sk4 * D)
     for g in range(G):
         h = hk * G + g
         for qt in range(ceil_div(Sq, br)):
@@ -812,6 +819,11 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
             for r in range(nr, nr4):
                 zero(S + r * Skp, Skp)
                 zero(dP + r * Skp, Skp)
+            if rnd_t is RoundNone and real_t is float:
+                # P and dS rounded to T before the products they enter (rvec: as they are paired)
+                if o.round_p and not rvec:
+                    fc_round_rows_half(S, Skp, nr, n, o.round_p == 2)
+                    fc_round_rows_half(dP, Skp, nr, n, o.round_p == 2)
             # dQ = scale * dS K
             zero(dQa, nr4 * D)
             for t in range(t0, t1):
@@ -823,7 +835,12 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     rows[j] = kbase + (j0 + j) * D
                 if kpp != NULL:  # bf16 K: on the tiles too where the scores are
                     if rnd_t is RoundNone and real_t is float:
-                        fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D, NULL, 3)
+                        if rvec:   # (Tt is free once dS is done: it holds dS's pairs)
+                            fc_pv_dpbf16_vec(dP + (j0 - kofs), Skp, nr4, nc, kvp + (task * ntiles + t) * (BC // 2) * D,
+                                             D, dQa, D, <unsigned int*>Tt)
+                        else:
+                            fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D, NULL,
+                                        nterms)
                 else:
                     pv_accum_contig(tag, dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
             for r in range(nr):
@@ -838,8 +855,23 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 # Qp is free once the scores are done: it holds X's pairs (at most D * BR_BWD / 2
                 # words, within its BR_BWD * D2)
                 if real_t is float and tiles:
-                    fc_tn_bf16t(S, Skp, nr, n4, dOs, D, D, dVa + kofs, Skp, Qp)
-                    fc_tn_bf16t(dP, Skp, nr, n4, Qs, D, D, dKa + kofs, Skp, Qp)
+                    fc_tn_bf16t(S, Skp, nr, n4, dOs, D, D, dVa + kofs, Skp, Qp, nterms)
+                    fc_tn_bf16t(dP, Skp, nr, n4, Qs, D, D, dKa + kofs, Skp, Qp, nterms)
+                elif real_t is float and rvec:
+                    # dV^T += dO^T P and dK^T += Q^T dS as score products, the query rows paired:
+                    # dO^T and Q^T pairs in Qp and dOp (free once the scores are done), each key
+                    # tile's P and dS pairs in Pt and dSt (unused under float32 compute)
+                    R2 = (nr + 1) // 2
+                    fc_pair_rows_t_bf16(dOs, D, nr, D, Qp)
+                    fc_pair_rows_t_bf16(Qs, D, nr, D, dOp)
+                    for t in range(t0, t1):
+                        nct = n - (t - t0) * BC
+                        if nct > BC:
+                            nct = BC
+                        fc_pair_cols_bf16(S + (t - t0) * BC, Skp, nr, nct, <unsigned int*>Pt)
+                        fc_pair_cols_bf16(dP + (t - t0) * BC, Skp, nr, nct, <unsigned int*>dSt)
+                        fc_qk_dpbf16_part(Qp, 0, D, R2, 0, <unsigned int*>Pt, dVa + t * BC, Skp, 0, BC, 1)
+                        fc_qk_dpbf16_part(dOp, 0, D, R2, 0, <unsigned int*>dSt, dKa + t * BC, Skp, 0, BC, 1)
                 elif real_t is float:
                     fc_gemm_tn_f32(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
                     fc_gemm_tn_f32(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
@@ -862,13 +894,13 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
 
 
 cdef void backward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* k, real_t* ktp,
-                        real_t* vtp, const unsigned int* kpp, const unsigned int* vpp, real_t* dout,
-                        real_t* slopes, real_t* dq, real_t* dk, real_t* dv, Shape* sh, AttnOpts* o,
+                        real_t* vtp, const unsigned int* kpp, const unsigned int* vpp, const unsigned int* kvp,
+                        real_t* dout, real_t* slopes, real_t* dq, real_t* dk, real_t* dv, Shape* sh, AttnOpts* o,
                         real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
     """Gradients for kv heads [kv0, kv0 + nkv): each task owns one (batch, kv head)'s dK/dV."""
     cdef Py_ssize_t task
     for task in prange(nkv, schedule='dynamic', num_threads=nthreads):
         if fc_stopped(o.it):
             continue
-        backward_task(tag, task, kv0, q, k, ktp, vtp, kpp, vpp, dout, slopes, dq, dk, dv, sh, o,
+        backward_task(tag, task, kv0, q, k, ktp, vtp, kpp, vpp, kvp, dout, slopes, dq, dk, dv, sh, o,
                       scratch + threadid() * per_thread)

@@ -59,6 +59,12 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pv_bf16v(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
                      Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
                      const unsigned int* vpairs, int nterms)
+    void fc_qk_dpbf16_part(const unsigned int* Qp, Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t D2, Py_ssize_t p0,
+                           const unsigned int* Kp, float* S, Py_ssize_t lds, Py_ssize_t j_begin, Py_ssize_t j_end,
+                           int acc)
+    # fc_pack.h: the backward's round_p operands for it (P, dS: rows paired per column; dO, Q transposed)
+    void fc_pair_cols_bf16(const float* X, Py_ssize_t ldx, Py_ssize_t nrows, Py_ssize_t ncols, unsigned int* out)
+    void fc_pair_rows_t_bf16(const float* X, Py_ssize_t ldx, Py_ssize_t nrows, Py_ssize_t D, unsigned int* out)
     # fc_gemm.h: O += P V with P rounded to bf16 by the conversion, on vdpbf16ps (round_p)
     void fc_pv_dpbf16_vec(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols,
                           const unsigned int* Vp, Py_ssize_t D, float* O, Py_ssize_t ldo, unsigned int* Pp)
@@ -66,7 +72,7 @@ cdef extern from "fc_simd.h" nogil:
     bint fc_bf16_on_tiles()
     enum: FC_AMX_TN_ROWS   # query rows per call on the tiles, at most
     void fc_tn_bf16t(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols, const float* X,
-                     Py_ssize_t ldx, Py_ssize_t D, float* Ct, Py_ssize_t ldc, unsigned int* xt)
+                     Py_ssize_t ldx, Py_ssize_t D, float* Ct, Py_ssize_t ldc, unsigned int* xt, int nterms)
 
     # fc_half.h: bf16/f16 storage <-> float32
     void fc_widen_half(const unsigned short* x, float* out, Py_ssize_t n, int is_f16)

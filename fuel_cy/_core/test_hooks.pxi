@@ -327,7 +327,7 @@ def _test_tn_bf16t(float[:, ::1] p, float[:, ::1] x, float[:, ::1] ct):
     xt = _np.zeros(max(D * FC_AMX_TN_ROWS // 2, 1), dtype=_np.uint32)
     cdef unsigned int[::1] xv = xt
     if nr and n and D:
-        fc_tn_bf16t(&p[0, 0], p.shape[1], nr, n, &x[0, 0], x.shape[1], D, &ov[0, 0], ov.shape[1], &xv[0])
+        fc_tn_bf16t(&p[0, 0], p.shape[1], nr, n, &x[0, 0], x.shape[1], D, &ov[0, 0], ov.shape[1], &xv[0], 3)
     return out
 
 

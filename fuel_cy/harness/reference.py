@@ -138,9 +138,11 @@ def paged_attention(q, k_cache, v_cache, block_table, context_lens, alibi=None, 
     return out
 
 
-def _gradients(q, k, v, do, s, s_pre, scale, softcap):
+def _gradients(q, k, v, do, s, s_pre, scale, softcap, round_to=None):
     """dq, dk, dv of attention whose final scores are s (masked: -inf) from the pre-softcap
-    scores s_pre, both [B, Hq, Sq, Sk]; dk and dv summed over each kv head's query heads."""
+    scores s_pre, both [B, Hq, Sq, Sk]; dk and dv summed over each kv head's query heads.
+    round_to (round_p): P and dS rounded to that type before the products they enter."""
+    rnd = (lambda x: x.astype(round_to).astype(np.float64)) if round_to is not None else (lambda x: x)
     hq, hkv = q.shape[1], k.shape[1]
     g = hq // hkv
     d = q.shape[-1]
@@ -152,31 +154,34 @@ def _gradients(q, k, v, do, s, s_pre, scale, softcap):
     ds = p * (dp - (p * dp).sum(-1, keepdims=True))
     if softcap is not None:
         ds = ds * (1 - np.tanh(s_pre / softcap) ** 2)
+    ds = rnd(ds)
     dq = scale * np.einsum("bhij,bhjd->bhid", ds, kk)
     dk = scale * np.einsum("bhij,bhid->bhjd", ds, np.asarray(q, np.float64))
-    dv = np.einsum("bhij,bhid->bhjd", p, do64)
+    dv = np.einsum("bhij,bhid->bhjd", rnd(p), do64)
     b, _, sk, _ = k.shape
     return dq, dk.reshape(b, hkv, g, sk, d).sum(2), dv.reshape(b, hkv, g, sk, d).sum(2)
 
 
 def attention_backward(q, k, v, do, alibi=None, *, softmax_scale=None, causal=False,
-                       window_size_left=None, window_size_right=None, softcap=None):
+                       window_size_left=None, window_size_right=None, softcap=None, round_p=False):
     d = q.shape[-1]
     scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
     s, s_pre = _scores(q, k, scale, causal, window_size_left, window_size_right, softcap, None, alibi)
-    return _gradients(q, k, v, do, s, s_pre, scale, softcap)
+    return _gradients(q, k, v, do, s, s_pre, scale, softcap, _half_type(q) if round_p else None)
 
 
 def masked_attention_backward(q, k, v, do, attn_mask=None, attn_bias=None, *, softmax_scale=None, causal=False,
-                              softcap=None):
+                              softcap=None, round_p=False):
     """The gradients of masked_attention."""
     s, s_pre, scale = _masked_scores(q, k, attn_mask, attn_bias, softmax_scale, causal, softcap)
-    return _gradients(q, k, v, do, s, s_pre, scale, softcap)
+    return _gradients(q, k, v, do, s, s_pre, scale, softcap, _half_type(q) if round_p else None)
 
 
 def varlen_attention_backward(q, k, v, do, cu_seqlens_q, cu_seqlens_k, alibi=None, *, softmax_scale=None,
-                              causal=False, window_size_left=None, window_size_right=None, softcap=None):
+                              causal=False, window_size_left=None, window_size_right=None, softcap=None,
+                              round_p=False):
     """The gradients of varlen_attention (packed keys), sequence by sequence."""
+    round_to = _half_type(q) if round_p else None
     d = q.shape[-1]
     scale = float(np.float32(1 / np.sqrt(d))) if softmax_scale is None else float(np.float32(softmax_scale))
     grads = [np.zeros(x.shape, np.float64) for x in (q, k, v)]
@@ -191,7 +196,7 @@ def varlen_attention_backward(q, k, v, do, cu_seqlens_q, cu_seqlens_k, alibi=Non
         if alibi is not None:
             dist = np.abs(qpos[:, None] - np.arange(k1 - k0)[None, :])
             s = s - np.asarray(alibi, np.float64)[None, :, None, None] * dist
-        for grad, g, rows in zip(grads, _gradients(qb, kb, vb, db, s, s_pre, scale, softcap),
+        for grad, g, rows in zip(grads, _gradients(qb, kb, vb, db, s, s_pre, scale, softcap, round_to),
                                  (slice(q0, q1), slice(k0, k1), slice(k0, k1))):
             grad[rows] = g[0].transpose(1, 0, 2)
     return tuple(grads)
