@@ -239,7 +239,7 @@ def _measured(root: Path) -> dict[tuple[str, str], dict]:
         data = json.loads((root / "benchmarks" / "results" / "precision.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {(r["kernel"], r["dtype"]): r for r in data.get("rows", [])}
+    return {(r["kernel"], r["dtype"]): r for r in data.get("rows", []) if r.get("default", True)}
 
 
 # ---- the Contract box ------------------------------------------------------------------------

@@ -486,6 +486,10 @@ def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], na
     return lines
 
 
+def _mode(row: dict) -> str:
+    return {None: "—", True: "P in T", False: "P in f32"}[row.get("round_p")]
+
+
 def precision_page(root: Path) -> str:
     from ..harness.tolerance import __doc__ as bounds_doc
 
@@ -496,9 +500,26 @@ def precision_page(root: Path) -> str:
     if data:
         commit = _commit(root, data, root / RESULTS / "precision.json")
         lines += [_stamp(data, commit), "",
-                  _table(["kernel", "dtype", "shape", "max rel. error", "bound", "within"],
-                         [[f"`{r['kernel']}`", r["dtype"].lower(), r["shape"], f"{r['error']:.2e}", f"{r['bound']:.1e}",
-                           "yes" if r["ok"] else "**no**"] for r in data["rows"]])]
+                  "Kernels with a P · V mode (`round_p`) are audited in both for bf16 and f16: *P in T* "
+                  "(the weights rounded to the input's type before they multiply V, torch's and flash-attn's "
+                  "order) and *P in f32* (the exact-P mode).", "",
+                  _table(["kernel", "dtype", "P · V", "shape", "max rel. error", "bound", "within"],
+                         [[f"`{r['kernel']}`", r["dtype"].lower(), _mode(r), r["shape"], f"{r['error']:.2e}",
+                           f"{r['bound']:.1e}", "yes" if r["ok"] else "**no**"] for r in data["rows"]])]
+        if data.get("peer"):
+            lines += ["", "## Against torch in the same dtype", "",
+                      "flash-attn's rule for its own kernels: the max absolute error against the float64 "
+                      "reference at most twice PyTorch's in the same dtype (here torch's "
+                      "`scaled_dot_product_attention`), on flash-attn's test shapes. `attention_masked` in both "
+                      "P · V modes; random normal inputs.", "",
+                      _table(["dtype", "shape", "causal", "torch error", "P in T", "P in f32"],
+                             [[r["dtype"].lower(), r["shape"], "yes" if r["causal"] else "no", f"{r['torch_error']:.2e}",
+                               f"{r['p_in_t_error']:.2e} ({r['p_in_t_error'] / r['torch_error']:.2f}×)"
+                               + ("" if r["p_in_t_ok"] else " **over**"),
+                               f"{r['p_in_f32_error']:.2e} ({r['p_in_f32_error'] / r['torch_error']:.2f}×)"
+                               + ("" if r["p_in_f32_ok"] else " **over**")] for r in data["peer"]])]
+        lines += ["", "Regenerate on the machine at hand: `fuel-cy demo --json benchmarks/results/precision.json` "
+                  "(a test fails when the kernels changed after the audit's commit)."]
     else:
         lines.append("No audit file yet: `fuel-cy demo --json benchmarks/results/precision.json` writes one.")
     return "\n".join(lines) + "\n"

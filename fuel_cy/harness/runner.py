@@ -48,6 +48,7 @@ class RunSpec:
     alibi: bool = False
     seed: int = 0
     k_len: Optional[int] = None
+    round_p: Optional[bool] = None   # None: the kernel's default P V mode
 
 
 # The `fuel-cy run` options a RunSpec carries, and what each needs of the kernel: a param of its
@@ -132,8 +133,9 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
     params: dict[str, Any] = {}
     if spec.softcap is not None:
         params["softcap"] = spec.softcap
-    if "round_p" in entry.params:   # the kernel's default P V mode, stated to the reference too
-        params["round_p"] = inspect.signature(entry.fn).parameters["round_p"].default
+    if "round_p" in entry.params:   # the P V mode (the kernel's default), stated to the reference too
+        params["round_p"] = (inspect.signature(entry.fn).parameters["round_p"].default if spec.round_p is None
+                             else spec.round_p)
     if kind == "paged":
         q = rand(shapes["q"])
         kc = rand(shapes["k_cache"])
@@ -239,6 +241,38 @@ def _versus_naive(out: Any, args: list[Any], params: dict[str, Any], dtype: str)
         return None, f"attention_naive rejects the call: {exc}"
 
 
+def _default_round_p(entry: Any) -> Optional[bool]:
+    if "round_p" not in entry.params:
+        return None
+    return bool(inspect.signature(entry.fn).parameters["round_p"].default)
+
+
+def _demo_modes(entry: Any) -> list[tuple[str, Optional[bool]]]:
+    """(dtype, round_p) pairs the demo runs: every dtype in the kernel's default mode, and half
+    types of a kernel with a P V mode in both (the Precision page audits both against float64)."""
+    modes: list[tuple[str, Optional[bool]]] = []
+    for dtype in entry.dtypes:
+        if "round_p" in entry.params and dtype in ("BF16", "F16"):
+            modes += [(dtype, True), (dtype, False)]
+        else:
+            modes.append((dtype, None))
+    return modes
+
+
+def _head_commit() -> Optional[str]:
+    """The checkout's HEAD, which the audit belongs to (tests/test_precision_audit.py checks it is
+    not older than the last change to the kernels), or None outside a git checkout."""
+    import subprocess
+    from pathlib import Path
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[2],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[str] = None) -> bool:
     """Every kernel in every dtype on a default problem, checked against float64; optionally
     written as the precision audit file the docs' Precision page shows."""
@@ -249,11 +283,11 @@ def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[st
     notes = []
     all_ok = True
     for name, entry in fuel_cy.registry.items():
-        for dtype in entry.dtypes:
+        for dtype, round_p in _demo_modes(entry):
             progress(f"demo: {name} {dtype}")
             # what the contract offers: causal masking where it has the param, ALiBi where it has the input
             spec = RunSpec(kernel=name, dtype=dtype, causal="causal" in entry.params,
-                           alibi="alibi_slopes" in entry.inputs)
+                           alibi="alibi_slopes" in entry.inputs, round_p=round_p)
             try:
                 r = run_kernel(spec, repeats=2)
             except InputError as exc:
@@ -267,10 +301,12 @@ def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[st
             if r.naive_note:
                 notes.append(f"{name} {dtype}: comparison with attention_naive skipped: {r.naive_note}")
             all_ok &= r.ok
-            rows.append([name, dtype, r.shape, f"{r.seconds * 1e3:.2f}", f"{r.gflops:.1f}",
+            label = dtype if round_p is None else f"{dtype} ({'P in T' if round_p else 'P in f32'})"
+            rows.append([name, label, r.shape, f"{r.seconds * 1e3:.2f}", f"{r.gflops:.1f}",
                          f"{r.error:.2e}", f"{r.bound:.0e}", "yes" if r.ok else "NO"])
             audit.append({"kernel": name, "dtype": dtype, "shape": r.shape, "error": r.error, "bound": r.bound,
-                          "ok": r.ok, "ms": r.seconds * 1e3})
+                          "ok": r.ok, "ms": r.seconds * 1e3, "round_p": round_p,
+                          "default": round_p is None or round_p == _default_round_p(entry)})
     progress("")
     print(format_table(rows))
     for note in notes:
@@ -283,8 +319,16 @@ def demo(progress: Callable[[str], None] = lambda s: None, json_out: Optional[st
 
         from .bench import machine_info
 
+        from . import peer_accuracy
+
         data = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
-                "rows": audit}
+                "commit": _head_commit(), "rows": audit}
+        peer = peer_accuracy.rows(progress)
+        if peer is not None:
+            import torch
+
+            data["torch"] = torch.__version__
+            data["peer"] = peer
         with open(json_out, "w") as fh:
             json.dump(data, fh, indent=2)
         print(f"wrote {json_out}")
