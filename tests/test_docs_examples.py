@@ -4,7 +4,7 @@ scripts that must run, and a ```text block that shows a `>>>` call followed by a
 must raise that error with that message.  So a number on a page cannot go stale.
 
 The kernel pages are generated at docs-build time: their examples are rendered here from the
-contracts (fuel_cy.codegen.docs) and run the same way.  A page that says
+contracts (fuel_cy.docs.pages) and run the same way.  A page that says
 `<!-- examples: one session -->` (the paged-cache walkthrough) runs its blocks in order in one
 namespace, as a reader typing them one after another would."""
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _blocks(text: str):
 
 
 def _kernel_pages() -> dict[str, str]:
-    from fuel_cy.codegen.docs import render_pages
+    from fuel_cy.docs.pages import render_pages
 
     return {path: text for path, text in render_pages(ROOT).items() if path.endswith(".md")}
 

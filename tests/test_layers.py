@@ -7,9 +7,10 @@
                    (compiled from templates/cython/ and the hand-written _core/) and _cpuid
     sdpa.py        torch's SDPA arguments mapped onto a generated kernel (numpy or torch arrays)
     __init__.py    the public API: re-exports runtime/, the generated kernels and sdpa
+    codegen/       contracts -> generated code, stubs, the Python-facing text   no harness
     harness/       measuring and checking (bench, demo, references, tolerances, targets)
-    codegen/       contracts -> generated code, stubs and the docs pages
     workspace.py   which checkout, which install mode
+    docs/          the site's renderer: pages from the contracts and the results, mkdocs hooks
     cli.py, torch.py, dask.py   the command line and the optional integrations, on top
     transformers.py             the transformers backend, over torch.py
     __main__.py    `python -m fuel_cy`
@@ -38,15 +39,16 @@ TIERS: list[set[str]] = [
     {"runtime"},
     {"sdpa"},
     {"fuel_cy"},
-    {"harness"},
     {"codegen"},
+    {"harness"},
     {"workspace"},
+    {"docs"},
     {"cli", "torch", "dask"},
     {"transformers"},
     {"__main__"},
 ]
 RANK = {layer: i for i, tier in enumerate(TIERS) for layer in tier}
-FOLDERS = {"contract", "codegen", "runtime", "harness"}
+FOLDERS = {"contract", "codegen", "runtime", "harness", "docs"}
 # the runtime layer: runtime/ and what it loads (the build output _generated/, compiled from the
 # templates and the hand-written _core/, and the cpuid probe _cpuid)
 RUNTIME_PARTS = {"runtime", "_generated", "_core", "_cpuid"}
@@ -55,8 +57,6 @@ RUNTIME_PARTS = {"runtime", "_generated", "_core", "_cpuid"}
 UPWARD: dict[tuple[str, str], str] = {
     ("fuel_cy/__init__.py", "fuel_cy.workspace"):
         "the repair advice in the error raised when the compiled extension is missing or stale",
-    ("fuel_cy/codegen/mkdocs_hook.py", "fuel_cy.workspace"):
-        "the project version for the site's footer (mkdocs build only)",
 }
 
 # Where a layer reaches into a lower one for a few modules only, those modules.
@@ -64,8 +64,6 @@ NARROW: dict[tuple[str, str], tuple[set[str], str]] = {
     ("errors", "contract"): ({"fuel_cy.contract.errors"}, "ContractError is the contract layer's"),
     ("codegen", "runtime"): ({"fuel_cy.runtime.cpu_levels", "fuel_cy.runtime.kernel_entry"},
                              "its two standard-library-only data modules, which load before anything is built"),
-    ("codegen", "harness"): ({"fuel_cy.harness.tolerance", "fuel_cy.harness.targets", "fuel_cy.harness.bench_levels"},
-                             "the Precision and Performance pages document the harness's bounds and targets"),
     ("workspace", "codegen"): ({"fuel_cy.codegen.buildinfo"}, "the build record"),
 }
 
@@ -312,9 +310,11 @@ def test_the_named_rules():
     edges = [(importer_layer(ROOT, i.source), layer_of(i.target), i) for i in all_imports(ROOT)]
     # contract/ is the bottom layer but for the dtype vocabulary
     assert {d for s, d, _ in edges if s == "contract"} <= {"contract", "dtypes"}
-    # codegen/: the contract model, dtypes, the runtime's data modules (and the harness's numbers for the docs)
-    assert {d for s, d, _ in edges if s == "codegen"} <= {"codegen", "contract", "dtypes", "runtime", "harness",
-                                                          "workspace"}
+    # codegen/ renders code only: the contract model, dtypes and the runtime's data modules; never
+    # the harness, the workspace or the CLI (the site's renderer, docs/, reads those)
+    assert {d for s, d, _ in edges if s == "codegen"} <= {"codegen", "contract", "dtypes", "runtime"}
+    # nothing in the package imports the site's renderer (mkdocs loads it)
+    assert not [i for s, d, i in edges if d == "docs" and s != "docs"]
     # a kernel call never loads the harness, the generator, the CLI or an integration
     assert not [i for s, d, i in edges if s == "runtime" and d in {"harness", "codegen", "cli", "torch", "dask",
                                                                    "workspace", "fuel_cy"}]

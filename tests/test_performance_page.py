@@ -8,7 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
-from fuel_cy.codegen.results import gap_notes_path, performance_page
+from fuel_cy.docs.results import gap_notes_path, performance_page
 from fuel_cy.harness.targets import targets
 
 from conftest import ROOT

@@ -278,7 +278,7 @@ def test_flash_32k_runs_in_bounded_memory():
 # ---- hostile contracts ---------------------------------------------------------------------------
 
 def test_template_injection_in_prose_is_inert(tmp_path, canonical_text):
-    from fuel_cy.codegen.docs import md_inline
+    from fuel_cy.docs.pages import md_inline
 
     evil = canonical_text.replace(
         'blurb: "Materialized multi-head SDPA oracle;',

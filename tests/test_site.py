@@ -137,7 +137,7 @@ def test_kernel_page_documents_every_parameter_in_python_terms(browser, server, 
     for name, typ, default, description in params["rows"]:
         assert description and "not described" not in description, name
         assert re.fullmatch(r"numpy\.ndarray( \| None)?|(float|int|bool)( \| None)?", typ), (name, typ)
-        assert default == "required" or default in ("None", "False"), (name, default)
+        assert default == "required" or default in ("None", "False", "True"), (name, default)
     returns = next(t for t in tables if t["head"] == ["name", "type", "description"])
     assert [row[0] for row in returns["rows"]] == [o.name for o in kernel.returns.items]
     assert all(row[2] for row in returns["rows"])
@@ -159,6 +159,89 @@ def test_kernel_page_documents_every_parameter_in_python_terms(browser, server, 
     assert not _severe(browser)
     if kernel.name == "attention_paged_naive":
         _screenshot(browser, "kernel_page")
+
+
+# what each Python-session block's copy button puts on the clipboard (site/javascripts/copy-code.js)
+COPIED = """
+const out = [];
+for (const b of document.querySelectorAll('article [data-clipboard-target]')) {
+  const code = document.querySelector(b.getAttribute('data-clipboard-target'));
+  if (!code || !/^>>>( |$)/m.test(code.textContent)) continue;
+  b.click();
+  out.push(b.getAttribute('data-copied'));
+}
+return out;"""
+
+
+@pytest.mark.parametrize("page", ["getting-started", "semantics", "torch"])
+def test_copy_buttons_copy_code_that_runs(browser, server, page):
+    """A session block's copy button gives the code without its prompts and output: every block
+    compiles, none keeps a prompt, and the page's blocks in order run as one script."""
+    _open(browser, f"{server}/{page}/")
+    copied = browser.execute_script(COPIED)
+    assert copied and all(c is not None for c in copied), copied
+    for text in copied:
+        assert ">>>" not in text
+        compile(text, f"<copied from {page}>", "exec")
+    if page == "getting-started":
+        r = subprocess.run([sys.executable, "-c", "".join(copied)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_kernel_pages_parameter_table_reads_on_a_phone(browser, server):
+    """At 390 px each parameter is a block: its description starts at the left of the text column
+    and has most of the screen's width, and no cell runs past the screen's edge."""
+    browser.set_window_size(390, 900)
+    try:
+        _open(browser, f"{server}/kernels/attention_masked/")
+        cells = browser.execute_script("""
+const vw = document.documentElement.clientWidth;
+const col = document.querySelector('article').getBoundingClientRect();
+return {vw: vw, left: col.left, cells: Array.from(document.querySelectorAll('.fc-params td')).map((c, i) => {
+  const r = c.getBoundingClientRect(); return {last: c === c.parentElement.lastElementChild, left: r.left,
+  right: r.right, width: r.width}; })};""")
+    finally:
+        browser.set_window_size(WIDTH, 1000)
+    vw = cells["vw"]
+    assert cells["cells"]
+    for c in cells["cells"]:
+        assert c["right"] <= vw + 1, c
+        if c["last"]:   # the description
+            assert c["left"] <= cells["left"] + 40 and c["width"] >= 0.6 * vw, c
+
+
+def test_kernel_index_has_the_feature_matrix_read_from_the_contracts(browser, server):
+    _open(browser, f"{server}/kernels/")
+    tables = browser.execute_script(TABLES)
+    first = next(t for t in tables if t["head"][:3] == ["kernel", "dtypes", "math"])
+    second = next(t for t in tables if t["head"][:2] == ["kernel", "varlen"])
+    rows = {r[0]: dict(zip(first["head"], r)) for r in first["rows"]}
+    for r in second["rows"]:
+        rows[r[0]].update(zip(second["head"], r))
+    assert set(rows) == {k.name for k in KERNELS}
+    for k in KERNELS:
+        params = {f.name for f in k.op_params.fields}
+        inputs = {i.name for i in k.inputs}
+        row = rows[k.name]
+        assert (row["round_p"] == "yes") == ("round_p" in params)
+        assert (row["masks"] == "yes") == ("attn_mask" in inputs)
+        assert (row["varlen"] == "yes") == ("cu_seqlens_q" in inputs)
+        assert (row["ALiBi"] == "yes") == ("alibi_slopes" in inputs)
+        assert row["dtypes"] == ", ".join(d.lower() for d in k.float_dtypes)
+
+
+def test_kernel_pages_show_recorded_speed_against_torch(browser, server):
+    """From benchmarks/results/*/bench.json: each measured kernel's page has the table, stamped
+    with the CPU; a math-in-T kernel points bf16/f16 users at a float32-math one."""
+    for name in ("attention_flash", "attention_flash_mixed", "attention_masked", "attention_varlen"):
+        _open(browser, f"{server}/kernels/{name}/")
+        tables = browser.execute_script(TABLES)
+        speed = next(t for t in tables if t["head"] == ["CPU", "dtype", "shape", "ms", "peer", "peer ms", "ratio"])
+        assert speed["rows"] and all(r[4].startswith("torch") and r[6].endswith("×") for r in speed["rows"])
+        assert all("threads" in r[0] for r in speed["rows"])
+    _open(browser, f"{server}/kernels/attention_flash/")
+    assert "attention_flash_mixed" in browser.find_element("css selector", "article .admonition.tip").text
 
 
 def _site_pages(site: Path) -> list[str]:

@@ -2,7 +2,7 @@
 contracts/python-api.yaml joined with the contract's own facts (types, shapes, dtypes, defaults).
 
 One source for the kernels' docstrings (`docstring_text`, kept in each KernelView), the kernel pages
-(codegen/docs.py) and the API reference (codegen/griffe_kernels.py), so the three cannot disagree.
+(fuel_cy/docs/pages.py) and the API reference (fuel_cy/docs/griffe_kernels.py), so the three cannot disagree.
 """
 from __future__ import annotations
 

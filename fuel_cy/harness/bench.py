@@ -280,10 +280,18 @@ def _mixed_rows(torch, rng, quick, progress, copy_rate):
             q, k, v = (x.astype(npdt) for x in base)
             tq, tk, tv = (torch.from_numpy(x).to(tdt) for x in base)
             progress(f"mixed flash {code} {shape}")
-            t_ours, t_peer = interleaved([lambda: fuel_cy.attention_flash_mixed(q, k, v, causal=causal),
-                                          lambda: sdpa(tq, tk, tv, is_causal=causal)], reps=3)
+            # both P V modes, torch in the dtype and our own float32 flash, side by side
+            t_ours, t_fast, t_peer, t_f32 = interleaved(
+                [lambda: fuel_cy.attention_flash_mixed(q, k, v, causal=causal),
+                 lambda: fuel_cy.attention_flash_mixed(q, k, v, causal=causal, round_p=True),
+                 lambda: sdpa(tq, tk, tv, is_causal=causal),
+                 lambda: fuel_cy.attention_flash(*base, causal=causal)], reps=3)
             rows.append(_row("attention_flash_mixed", code, shape, t_ours * 1e3, flops, f"torch SDPA {code.lower()}",
                              t_peer * 1e3))
+            rows.append(_row("attention_flash_mixed", code, shape, t_fast * 1e3, flops, f"torch SDPA {code.lower()}",
+                             t_peer * 1e3, mode="P in T"))
+            rows.append(_row("attention_flash_mixed", code, shape, t_fast * 1e3, flops, "fuel_cy attention_flash f32",
+                             t_f32 * 1e3, mode="P in T"))
     s, d = (512, 64) if quick else (1024, 64)
     shape = f"B=1 H=8 S={s} D={d}"
     base = [rng.standard_normal((1, 8, s, d), dtype=np.float32) for _ in range(4)]
@@ -293,10 +301,14 @@ def _mixed_rows(torch, rng, quick, progress, copy_rate):
         tdo = torch.from_numpy(base[3]).to(tdt)
         out = sdpa(tq, tk, tv)
         progress(f"mixed backward {code} {shape}")
-        t_ours, t_peer = interleaved([lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do),
-                                      lambda: torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)], reps=3)
+        t_ours, t_fast, t_peer = interleaved(
+            [lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do),
+             lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do, round_p=True),
+             lambda: torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)], reps=3)
         rows.append(_row("attention_flash_backward_mixed", code, shape, t_ours * 1e3, 10 * 8 * s * s * d,
                          f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3))
+        rows.append(_row("attention_flash_backward_mixed", code, shape, t_fast * 1e3, 10 * 8 * s * s * d,
+                         f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3, mode="P in T"))
     b, hq, hkv, d, bs, ctx = 16, 32, 8, 128, 16, (1024 if quick else 2048)
     nblk = b * ctx // bs
     pool = [rng.standard_normal((nblk, bs, hkv, d), dtype=np.float32) for _ in range(2)]
@@ -595,7 +607,7 @@ def print_table(result: dict[str, Any]) -> None:
 
     rows = [["kernel", "dtype", "shape", "ms", "GFLOP/s", "peer", "peer ms", "ratio", "% GEMM"]]
     for r in result["rows"]:
-        rows.append([r["kernel"], r["dtype"], r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}", r["peer"] or "—",
+        rows.append([r["kernel"], r["dtype"] + (f" ({r['mode']})" if r.get("mode") else ""), r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}", r["peer"] or "—",
                      "—" if r["peer_ms"] is None else f"{r['peer_ms']:.2f}",
                      "—" if r["ratio"] is None else f"{r['ratio']:.2f}x",
                      "—" if r["pct_gemm"] is None else f"{r['pct_gemm']:.0f}%"])

@@ -1,4 +1,4 @@
-"""The performance targets (issues #13, #14, #5, #34) evaluated on a `fuel-cy bench` result: what was measured
+"""The performance targets (issues #13, #14, #5, #34, #36) evaluated on a `fuel-cy bench` result: what was measured
 against each goal and whether it is met.  Pure data in, data out; printed by `fuel-cy bench` and
 rendered on the site's Performance page."""
 from __future__ import annotations
@@ -54,8 +54,15 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
               ratios(math_in_t("F16")), 1 / f16_x),
         check("1 -> all threads >= 1.8x at S=4096", [r["ratio"] for r in threads if "S=4096" in r["shape"]], 1.8),
     ]
-    def mixed(kernel: str) -> Callable[[dict[str, Any]], bool]:
-        return lambda r: r["kernel"] == kernel and str(r["peer"]).startswith("torch")
+    def mixed(kernel: str, mode: Any = None, dtype: Any = None) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: (r["kernel"] == kernel and str(r["peer"]).startswith("torch") and r.get("mode") == mode
+                          and dtype in (None, r["dtype"]))
+
+    def fast_vs_f32(dtype: str) -> list[float]:
+        return ratios(lambda r: r["kernel"] == "attention_flash_mixed" and r["dtype"] == dtype
+                      and r.get("mode") == "P in T" and r["peer"] == "fuel_cy attention_flash f32")
+
+    amx = {"amx_bf16", "amx_tile"} <= features
 
     out += [
         check("mixed flash bf16/f16 >= 1.0x torch SDPA in that dtype", ratios(mixed("attention_flash_mixed")), 1.0),
@@ -65,6 +72,17 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
               70.0, "{:.0f}%"),
         check("mixed backward >= 1.0x torch autograd backward in that dtype",
               ratios(mixed("attention_flash_backward_mixed")), 1.0),
+        # issue #36: the P-in-T mode (round_p) at the half-precision rate; a time ratio <= 0.7 of our
+        # f32 flash is a speed ratio >= 1 / 0.7
+        check("mixed bf16 flash, P in T: <= 0.7x our f32 flash's time (ratio >= 1.43)", fast_vs_f32("BF16"), 1 / 0.7),
+        check(f"mixed bf16 flash, P in T: >= {'1.0' if amx else '1.5'}x torch SDPA bf16 "
+              f"({'AMX CPU' if amx else 'no AMX'})",
+              ratios(mixed("attention_flash_mixed", "P in T", "BF16")), 1.0 if amx else 1.5),
+        check("mixed f16 flash, P in T: <= 1.0x our f32 flash's time", fast_vs_f32("F16"), 1.0),
+        check("mixed f16 flash, P in T: >= 1.0x torch SDPA f16", ratios(mixed("attention_flash_mixed", "P in T", "F16")),
+              1.0),
+        check("mixed backward, P in T: >= 1.2x torch autograd backward in that dtype",
+              ratios(mixed("attention_flash_backward_mixed", "P in T")), 1.2),
     ]
     varlen = lambda peer: ratios(lambda r: r["kernel"] == "attention_varlen" and r["peer"] == peer)  # noqa: E731
     out += [

@@ -9,7 +9,7 @@ its Python signature and NumPy docstring, `fuel_cy.torch.<kernel>` and `fuel_cy.
 with their signatures and a pointer to it. So `mkdocs build` documents the public names whether
 or not the package is built or installed.
 
-mkdocs.yml: `extensions: [fuel_cy/codegen/griffe_kernels.py:ContractKernels]`.
+mkdocs.yml: `extensions: [fuel_cy/docs/griffe_kernels.py:ContractKernels]`.
 """
 from __future__ import annotations
 

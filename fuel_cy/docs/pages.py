@@ -19,9 +19,9 @@ from typing import Any, Optional
 from ..contract import expr
 from ..contract.model import Kernel, offsets_target
 from ..dtypes import DTYPES
-from .generate import Layout, environment, views
-from .pydocs import NUMPY_NAMES, dtype_words, signature_lines
-from .view import LAYOUT_ORDER, KernelView
+from ..codegen.generate import Layout, environment, views
+from ..codegen.pydocs import NUMPY_NAMES, dtype_words, signature_lines
+from ..codegen.view import LAYOUT_ORDER, KernelView
 
 # the example of every kernel page (its code runs in tests/test_docs_examples.py, so keep it fast)
 EXAMPLE_DIMS = {"B": 1, "Hq": 8, "Hkv": 2, "Sq": 512, "Sk": 512, "D": 64,
@@ -234,6 +234,58 @@ def _precision_rows(kernel: Kernel, measured: dict[tuple[str, str], dict]) -> tu
     return tuple(rows)
 
 
+@dataclass(frozen=True)
+class SpeedRow:
+    cpu: str
+    dtype: str
+    shape: str
+    ms: str
+    peer: str
+    peer_ms: str
+    ratio: str
+
+
+# the kernel a benchmark row measured, where its name is an entry point's (the SDPA entry runs
+# attention_masked)
+BENCH_KERNEL = {"scaled_dot_product_attention": "attention_masked"}
+# bf16/f16 users of a math-in-T kernel are pointed at the float32-math kernel that does its job
+FLOAT32_MATH_KERNEL = {"attention_naive": "attention_flash_mixed", "attention_flash": "attention_flash_mixed",
+                       "attention_paged_naive": "attention_paged_mixed",
+                       "attention_flash_backward": "attention_flash_backward_mixed"}
+
+
+def _recorded_speed(root: Path) -> list[tuple[str, dict]]:
+    """(CPU label, row) of every recorded `fuel-cy bench` row measured against torch."""
+    out = []
+    for path in sorted((root / "benchmarks" / "results").glob("*/bench.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        m = data.get("machine", {})
+        cpu = (f"{m.get('cpu', '?')}, {m.get('threads', '?')} threads, torch {data.get('torch') or '?'}, "
+               f"{str(data.get('date', '?'))[:10]}")
+        out += [(cpu, r) for r in data.get("rows", []) if str(r.get("peer") or "").startswith("torch")
+                and r.get("ratio") is not None]
+    return out
+
+
+def _speed_rows(name: str, recorded: list[tuple[str, dict]]) -> tuple[SpeedRow, ...]:
+    """Per CPU and per (dtype, P V mode) of float32 or bf16: the smallest and the largest shape
+    measured for this kernel, against torch."""
+    groups: dict[tuple[str, str, Any], list[dict]] = {}
+    for cpu, r in recorded:
+        if (BENCH_KERNEL.get(r["kernel"], r["kernel"]) == name and r["dtype"] in ("F32", "BF16")
+                and not str(r["shape"]).startswith("per call")):
+            groups.setdefault((cpu, r["dtype"], r.get("mode")), []).append(r)
+    rows = []
+    for (cpu, dtype, mode), rs in groups.items():
+        picked = [rs[0]] if len(rs) == 1 else [rs[0], rs[-1]]
+        rows += [SpeedRow(cpu, dtype.lower() + (f" ({mode})" if mode else ""), r["shape"], f"{r['ms']:.2f}",
+                          str(r["peer"]), f"{r['peer_ms']:.2f}", f"{r['ratio']:.2f}×") for r in picked]
+    return tuple(rows)
+
+
 def _measured(root: Path) -> dict[tuple[str, str], dict]:
     try:
         data = json.loads((root / "benchmarks" / "results" / "precision.json").read_text())
@@ -310,6 +362,8 @@ class KernelPage:
     example_shapes: str
     example_dtype: str
     precision_rows: tuple[PrecisionRow, ...]
+    speed_rows: tuple[SpeedRow, ...]
+    float32_math_kernel: str  # for bf16/f16 users of a math-in-T kernel, or ""
     cost_rows: tuple[CostRow, ...]
     symbols: tuple[str, ...]
     contract_inputs: tuple[str, ...]
@@ -328,7 +382,8 @@ class ContractSection:
     kernels: tuple[KernelPage, ...]
 
 
-def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict]) -> KernelPage:
+def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict],
+                recorded: Optional[list[tuple[str, dict]]] = None) -> KernelPage:
     kernel, py, entry = v.kernel, v.py, v.entry
     args = tuple(ArgRow(
         name=a.name, type_cell=f"`{a.type}`", default_text="required" if a.default is None else f"`{a.default}`",
@@ -363,7 +418,10 @@ def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict]) -> KernelP
         dtype_words=dtype_words(list(kernel.float_dtypes)), masks=tuple(mask_figures(kernel)), paged=paged,
         bottom_right=kernel.mask_alignment == "bottom_right",
         example=code, example_shapes=", ".join(f"`{s.name}` `{list(shapes[s.name])}`" for s in kernel.inputs if not s.optional),
-        example_dtype=NUMPY_NAMES[dtype], precision_rows=_precision_rows(kernel, measured), cost_rows=cost_rows,
+        example_dtype=NUMPY_NAMES[dtype], precision_rows=_precision_rows(kernel, measured),
+        speed_rows=_speed_rows(v.name, recorded or []),
+        float32_math_kernel=FLOAT32_MATH_KERNEL.get(v.name, "") if "BF16" in kernel.float_dtypes else "",
+        cost_rows=cost_rows,
         symbols=tuple(sorted(kernel.symbols)), contract_inputs=tuple(_contract_inputs(kernel)),
         contract_params=tuple(
             f"`{f.name}`: kind `{f.kind}`" + (f"; constraint `{f.constraint_text}`" if f.constraint_text else "")
@@ -376,6 +434,52 @@ def kernel_page(v: KernelView, measured: dict[tuple[str, str], dict]) -> KernelP
     )
 
 
+FEATURES = ("causal", "window", "softcap", "ALiBi", "masks", "GQA", "varlen", "paged", "lse", "gradients", "out=",
+            "round_p")
+
+
+def _gradient_kernel(name: str, names: set[str]) -> str:
+    """The kernel that gives `name`'s gradients, by the contracts' naming (X_backward, or
+    X_backward_mixed for X_mixed), or ""."""
+    for candidate in (f"{name}_backward", name.replace("_mixed", "_backward_mixed")):
+        if candidate != name and candidate in names:
+            return candidate
+    return ""
+
+
+def feature_row(kernel: Kernel, names: set[str]) -> dict[str, str]:
+    """What a kernel takes, read from its contract: feature -> a cell ("yes", "—" or a detail)."""
+    params = {f.name for f in kernel.op_params.fields}
+    inputs = {i.name: i for i in kernel.inputs}
+    outputs = {o.name: o for o in kernel.returns.items}
+    # distinct query and kv head counts in the dims (Hq, Hkv): grouped-query attention
+    gqa = "q" in inputs and "Hq" in inputs["q"].dims and any("Hkv" in i.dims for i in kernel.inputs)
+    grad = _gradient_kernel(kernel.name, names)
+    yes = lambda flag: "yes" if flag else "—"   # noqa: E731
+    return {
+        "causal": yes("causal" in params or kernel.name.startswith("attention_paged")),
+        "window": yes("window_size_left" in params),
+        "softcap": yes("softcap" in params),
+        "ALiBi": yes("alibi_slopes" in inputs),
+        "masks": yes("attn_mask" in inputs),
+        "GQA": yes(gqa),
+        "varlen": yes("cu_seqlens_q" in inputs),
+        "paged": yes("block_table" in inputs),
+        "lse": yes("lse" in outputs),
+        # (a link named for what it is: the kernels' names are too long for fifteen columns)
+        "gradients": f"[backward]({grad}.md)" if grad else ("this is one" if kernel.name.endswith(("_backward", "_backward_mixed")) else "—"),
+        "out=": yes(any(o.caller_buffer for o in kernel.returns.items)),
+        "round_p": yes("round_p" in params),
+    }
+
+
+def math_words(kernel: Kernel) -> str:
+    """The feature matrix's arithmetic cell."""
+    if kernel.precision.compute != "f32":
+        return "in T"
+    return "T; bf16/f16 in f32" if "F64" in kernel.float_dtypes else "f32"
+
+
 def render_pages(root: Path) -> dict[str, str]:
     """Site-relative path -> Markdown for the kernel index and one page per kernel."""
     layout = Layout(root)
@@ -383,15 +487,19 @@ def render_pages(root: Path) -> dict[str, str]:
     env = environment(layout.templates / "docs")
     env.filters["md"] = md_inline
     measured = _measured(root)
+    recorded = _recorded_speed(root)
     contracts = []
     for doc in v.docs:
         file = Path(doc.path).resolve().relative_to(layout.root.resolve()).as_posix()
         contracts.append(ContractSection(file, doc.provider.name, doc.title, tuple(
-            kernel_page(k, measured) for k in v.kernels if k.contract == file)))
+            kernel_page(k, measured, recorded) for k in v.kernels if k.contract == file)))
     kernels = sorted((p for c in contracts for p in c.kernels), key=lambda p: kernel_order(p.view))
     contracts.sort(key=lambda c: min((kernel_order(p.view) for p in c.kernels), default=(1 << 30,)))
+    names = {p.view.name for p in kernels}
+    features = [(p, feature_row(p.view.kernel, names), math_words(p.view.kernel)) for p in kernels]
     pages = {"kernels/index.md": env.get_template("index.md.j2").render(contracts=contracts, kernels=kernels,
-                                                                         fused_ops=list(v.fused_ops.values()))}
+                                                                         fused_ops=list(v.fused_ops.values()),
+                                                                         features=features, feature_names=FEATURES)}
     for page in kernels:
         pages[f"kernels/{page.view.name}.md"] = env.get_template("kernel.md.j2").render(k=page)
     return pages

@@ -19,7 +19,7 @@ API_MARKERS = {"<!-- fuel_cy:kernels -->": "fuel_cy", "<!-- fuel_cy:torch -->": 
 
 
 def on_files(files: Files, config) -> Files:
-    from fuel_cy.codegen.docs import render_pages, render_results
+    from fuel_cy.docs.pages import render_pages, render_results
 
     pages = {**render_pages(ROOT), **render_results(ROOT)}
     for path, content in pages.items():
@@ -33,7 +33,7 @@ def on_files(files: Files, config) -> Files:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.src_uri != "api.md":
         return markdown
-    from fuel_cy.codegen.docs import api_entries
+    from fuel_cy.docs.pages import api_entries
 
     for marker, module in API_MARKERS.items():
         markdown = markdown.replace(marker, api_entries(ROOT, module))
