@@ -137,12 +137,13 @@ def summary_rows(rows: list[dict]) -> list[list[str]]:
     for r in rows:
         if peer_kind(r.get("peer")) != "peer" or r.get("ratio") is None:
             continue
-        groups.setdefault((r["kernel"], r.get("dtype", "F32"), _peer_label(r["peer"])), []).append(r["ratio"])
+        groups.setdefault((r["kernel"], r.get("dtype", "F32"), r.get("mode"), _peer_label(r["peer"])),
+                          []).append(r["ratio"])
     out = []
-    for (kernel, dtype, peer), ratios in groups.items():
+    for (kernel, dtype, mode, peer), ratios in groups.items():
         wins = sum(x > 1.0 for x in ratios)
-        out.append([f"`{kernel}` {DTYPE_MARKERS.get(dtype, ('', dtype.lower()))[1]}", peer,
-                    f"{wins} of {len(ratios)}", _ratio_cell(ratios)])
+        out.append([f"`{kernel}` {DTYPE_MARKERS.get(dtype, ('', dtype.lower()))[1]}" + (f" ({mode})" if mode else ""),
+                    peer, f"{wins} of {len(ratios)}", _ratio_cell(ratios)])
     return out
 
 
@@ -339,7 +340,13 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
     plt = _pyplot()
     lines += ["How fast fuel_cy runs against PyTorch (and NumPy) on the CPUs measured. Ours and the peer run "
               "in one process, interleaved, median of the repetitions after warm-up. A **speed ratio** is the "
-              "peer's time divided by ours: above 1, fuel_cy is faster.", ""]
+              "peer's time divided by ours: above 1, fuel_cy is faster. *P in T* marks the bf16/f16 rows of the "
+              "`round_p` mode (the softmax weights rounded to the input's type before `P · V`, torch's order).", "",
+              "To reproduce on the machine at hand: `fuel-cy bench` runs this grid and prints every row and the "
+              "targets table (`--quick`: a smaller grid in about a minute); `fuel-cy bench --json "
+              "benchmarks/results/<cpu>/bench.json --plot benchmarks/results/<cpu>/bench.png` records a run for "
+              "this page, one file per CPU model. Run it on a quiet machine: a build or test run on the same "
+              "cores changes the ratios.", ""]
 
     # summary: per CPU measured, ours against each peer
     lines += ["## Summary", "",
@@ -440,7 +447,8 @@ def _all_rows(data: dict) -> list[str]:
         lines.append(f"- `attention_flash` at S=32768, D=64, f32, causal: peak RSS {x['rss_peak_mb']:.0f} MB, "
                      f"{x['extra_mb']:.0f} MB beyond inputs + output")
     lines.append("")
-    rows = [[f"`{r['kernel']}`", r["dtype"].lower(), r["shape"], f"{r['ms']:.2f}", f"{r['gflops']:.1f}",
+    rows = [[f"`{r['kernel']}`", r["dtype"].lower() + (f" ({r['mode']})" if r.get("mode") else ""), r["shape"],
+             f"{r['ms']:.2f}", f"{r['gflops']:.1f}",
              r.get("peer", "—"), "—" if r.get("peer_ms") is None else f"{r['peer_ms']:.2f}",
              "—" if r.get("ratio") is None else f"{r['ratio']:.2f}×",
              "—" if r.get("pct_gemm") is None else f"{r['pct_gemm']:.0f}%"] for r in data["rows"]]
