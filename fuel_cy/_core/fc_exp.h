@@ -155,23 +155,32 @@ static inline __m512 fc_shift16(int fused, __m512 vs, __m512 x, __m512 vm) {
 }
 /* In place s[j] = exp(scale * s[j] - m) (FC_SHIFT); lane l of the result is the partial sum of
  * lane l. */
-static inline __m512 fc_exp_acc16(float* s, ptrdiff_t n, float scale, float m) {
+/* round_p's weights: e rounded to bf16 (rp 1; exact integer rounding, subnormals kept) or f16
+ * (rp 2), as stored for P V; the row sum takes e unrounded */
+static inline __m512 fc_round_p16(__m512 e, int rp) {
+    if (rp == 1) return (__m512)fc_rbf16_exact_v((fc_vec_f32)e);
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline __m512 fc_exp_acc16_rp(float* s, ptrdiff_t n, float scale, float m, int rp) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
     const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
     __m512 acc = _mm512_setzero_ps();
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16) {
         __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm));
-        _mm512_storeu_ps(s + j, e);
+        _mm512_storeu_ps(s + j, rp ? fc_round_p16(e, rp) : e);
         acc = _mm512_add_ps(acc, e);
     }
     if (j < n) {
         __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
         __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm));
-        _mm512_mask_storeu_ps(s + j, k, e);
+        _mm512_mask_storeu_ps(s + j, k, rp ? fc_round_p16(e, rp) : e);
         acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
     return acc;
+}
+static inline __m512 fc_exp_acc16(float* s, ptrdiff_t n, float scale, float m) {
+    return fc_exp_acc16_rp(s, n, scale, m, 0);
 }
 static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
     _mm512_storeu_ps(lanes, fc_exp_acc16(s, n, scale, m));
@@ -326,6 +335,22 @@ static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, fl
     for (int h = 8; h >= 1; h /= 2)
         for (int i = 0; i < h; i++) l[i] = l[i] + l[i + h];
     return l[0];
+#endif
+}
+/* fc_exp_scaled_sum_f32 with round_p's weights stored rounded (rp 1: bf16, 2: f16; 0: as it),
+ * the sum of the unrounded ones returned: the rounding rides the exp's own pass (AVX-512), or
+ * (other levels) a pass of its own after it. */
+static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp) {
+#if FC_HAVE_EXP16
+    __m512 acc = fc_exp_acc16_rp(s, n, scale, m, rp);
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+    __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+    return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
+#else
+    float l = fc_exp_scaled_sum_f32(s, n, scale, m);
+    if (rp) fc_round_rows_half(s, 0, 1, n, rp == 2);
+    return l;
 #endif
 }
 /* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order */

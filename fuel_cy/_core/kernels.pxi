@@ -110,13 +110,15 @@ cdef inline Py_ssize_t flash_scratch(Py_ssize_t D) noexcept nogil:
 
 cdef inline void pv_bf16_rounded(float* P, Py_ssize_t ldp, Py_ssize_t nr4, Py_ssize_t nc, const float* V,
                                  Py_ssize_t ldv, float** rows, Py_ssize_t D, float* O, Py_ssize_t ldo,
-                                 const unsigned int* vpairs, unsigned int* Pp) noexcept nogil:
-    """O += P V for bf16-valued V with P rounded to bf16 first (round_p): vdpbf16ps on P's and V's
-    pairs (vpairs: this tile's, fc_pack_v_pairs_bf16), or on the tiles one product per block."""
+                                 const unsigned int* vpairs, unsigned int* Pp, bint round_first) noexcept nogil:
+    """O += P V for bf16-valued V with P rounded to bf16 (round_p; round_first: P is float32 yet,
+    else it holds bf16 values already): vdpbf16ps on P's and V's pairs (vpairs: this tile's,
+    fc_pack_v_pairs_bf16; the pairing rounds), or on the tiles one product per block."""
     if FC_HAVE_DPBF16 and vpairs != NULL and not fc_bf16_on_tiles():
         fc_pv_dpbf16_vec(P, ldp, nr4, nc, vpairs, D, O, ldo, Pp)
     else:
-        fc_round_rows_half(P, ldp, nr4, nc, 0)
+        if round_first:
+            fc_round_rows_half(P, ldp, nr4, nc, 0)
         fc_pv_bf16v(P, ldp, nr4, nc, V, ldv, rows, D, O, ldo, vpairs, 1)
 
 
@@ -321,7 +323,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 live[r] = True
             else:
                 if real_t is float:  # vector exp and sum in C (fc_exp.h)
-                    li = fc_exp_scaled_sum_f32(srow, nrow, scale if plain else 1, mn)
+                    # (round_p: the weights stored rounded to T for P V, their sum unrounded)
+                    li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, o.round_p)
                 else:
                     li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
                 l[r] = R(tag, R(tag, l[r] * alpha) + li)
@@ -340,8 +343,6 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             for jj in range(nc):
                 rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
             if rnd_t is RoundNone and real_t is float:
-                if o.round_p:
-                    fc_round_rows_half(S, BC, nr4, nc, o.round_p == 2)
                 fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
             continue
         for jj in range(nc):
@@ -351,14 +352,11 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         elif kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
             if rnd_t is RoundNone and real_t is float:
                 vtile = vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D if vpp != NULL else NULL
-                if o.round_p:
-                    pv_bf16_rounded(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, Pp)
+                if o.round_p:   # (S holds the weights rounded already)
+                    pv_bf16_rounded(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, Pp, False)
                 else:
                     fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, 3)
-        else:
-            if rnd_t is RoundNone and real_t is float:
-                if o.round_p:   # (bf16 without AVX512-BF16, f16): P rounded, then the float32 loops
-                    fc_round_rows_half(S, BC, nr4, nc, o.round_p == 2)
+        else:   # (round_p without AVX512-BF16, or f16: the rounded weights on the float32 loops)
             pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D)
     for r in range(nr):
         orow = out + row_offset(&sh.lo, b * sh.Hq + rh[r], rp[r])

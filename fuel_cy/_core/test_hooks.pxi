@@ -308,7 +308,7 @@ def _test_pv_bf16v(float[:, ::1] p, float[:, ::1] v, float[:, ::1] o, bint prepa
     cdef unsigned int[::1] ppr = ppairs
     if nr and n and D and rounded:
         pv_bf16_rounded(&pv[0, 0], pv.shape[1], nr4, n, &vv[0, 0], vv.shape[1], rows, D, &ov[0, 0], ov.shape[1],
-                        &pp[0] if prepaired else NULL, &ppr[0])
+                        &pp[0] if prepaired else NULL, &ppr[0], True)
     elif nr and n and D:
         fc_pv_bf16v(&pv[0, 0], pv.shape[1], nr4, n, &vv[0, 0], vv.shape[1], rows, D, &ov[0, 0], ov.shape[1],
                     &pp[0] if prepaired else NULL, 3)
