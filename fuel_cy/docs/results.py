@@ -260,6 +260,8 @@ def _family_points(rows: list[dict], family: str) -> list[dict[str, Any]]:
         dtype = r.get("dtype", "F32")
         marker, dname = DTYPE_MARKERS.get(dtype, ("o", dtype.lower()))
         series = f"{dname} vs {_peer_label(r['peer'])}" if family == "paged" else dname
+        if r.get("mode"):   # round_p's rows: their own series, filled-in marker shape
+            series, marker = f"{dname}, {r['mode']}", {"^": "<", "v": ">"}.get(marker, "X")
         if family == "paged":
             marker = {"PyTorch gather + SDPA": "D"}.get(_peer_label(r["peer"]), marker)
         points.append({"label": _shape_label(r["shape"]), "ratio": r["ratio"], "marker": marker,
@@ -281,6 +283,9 @@ def _ours_points(rows: list[dict]) -> list[dict[str, Any]]:
         short = r["kernel"].replace("attention_", "")
         if r["peer"] == "fuel_cy 1 thread":
             label, series, marker = f"{short} {_compact(r['shape'])}", "2 threads vs 1", "P"
+        elif dtype in ("BF16", "F16") and r.get("mode"):   # the mixed kernel's P-in-T mode vs attention_flash f32
+            marker, dname = DTYPE_MARKERS[dtype]
+            label, series = f"{short} {_compact(r['shape'])}", f"{dname} {r['mode']} vs attention_flash float32"
         elif dtype in ("BF16", "F16"):
             marker, dname = DTYPE_MARKERS[dtype]
             label, series = f"{short} {_compact(r['shape'])}", f"{dname} vs float32 (same kernel)"
@@ -288,7 +293,8 @@ def _ours_points(rows: list[dict]) -> list[dict[str, Any]]:
             label, series, marker = f"{short} {_compact(r['shape'])}", "naive vs flash (float32)", "o"
         points.append({"label": label, "ratio": r["ratio"], "marker": marker, "series": series, "kind": "ours"})
     order = {"naive vs flash (float32)": 0, "bfloat16 vs float32 (same kernel)": 1,
-             "float16 vs float32 (same kernel)": 1, "2 threads vs 1": 2}
+             "float16 vs float32 (same kernel)": 1, "bfloat16 P in T vs attention_flash float32": 2,
+             "float16 P in T vs attention_flash float32": 2, "2 threads vs 1": 3}
     return sorted(points, key=lambda p: (order.get(p["series"], 3), _shape_key(p["label"])))
 
 
