@@ -493,3 +493,29 @@ def test_user_pages_show_no_internal_words(site):
         if hits:
             found[page] = hits
     assert not found, found
+
+
+def test_every_install_line_names_what_the_checkout_declares():
+    """Each `pip install` on the user pages installs the checkout (`.`, `-e .`) with extras that
+    pyproject.toml declares, and each `fuel-cy` command is one the CLI has: so they work as
+    written from a checkout (the fresh-venv installs themselves run in test_distribution.py and
+    in .ci/run)."""
+    import tomllib
+
+    from fuel_cy.cli import build_parser
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    commands = set(build_parser()._subparsers._group_actions[0].choices)
+    seen = 0
+    for page in sorted((ROOT / "site").glob("*.md")) + [ROOT / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        for spec in re.findall(r"pip install (?:-q )?(?:-e )?['\"]?([^\s'\"`)]+)", text):
+            if spec.startswith(("torch==", "transformers", "chromium", "$")):
+                continue   # a peer's own package (torch's CPU build), not this checkout
+            seen += 1
+            m = re.fullmatch(r"\.(?:\[([\w,]+)\])?", spec)
+            assert m, (page.name, spec)
+            assert set(filter(None, (m.group(1) or "").split(","))) <= extras, (page.name, spec)
+        for cmd in re.findall(r"fuel-cy ([a-z]+)", text):
+            assert cmd in commands, (page.name, cmd)
+    assert seen >= 5
