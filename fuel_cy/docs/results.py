@@ -9,7 +9,8 @@ other (bf16 against f32, naive against flash, threads) are grey, being neither.
 Result files, one per CPU model so that a run on one CPU never replaces another's: `<cpu>/bench.json`
 (`fuel-cy bench`, the full grid), `levels/<cpu>.json` (`fuel-cy bench --cpu-capability all`), where
 <cpu> is the CPU model in lower case with dashes (`amd-epyc`), and beside each `<cpu>/bench.json`
-a hand-written `notes.md` with the profiles behind that CPU's unmet targets.
+a hand-written `notes.md` with the conclusions behind that CPU's unmet targets (the measurements
+behind them, for developers, in `profiles.md` beside it, not rendered).
 """
 from __future__ import annotations
 
