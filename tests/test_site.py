@@ -519,3 +519,20 @@ def test_every_install_line_names_what_the_checkout_declares():
         for cmd in re.findall(r"fuel-cy ([a-z]+)", text):
             assert cmd in commands, (page.name, cmd)
     assert seen >= 5
+
+
+def test_the_site_builds_from_a_checkout_with_no_install_and_no_pythonpath(tmp_path):
+    """mkdocs run from elsewhere on this checkout's mkdocs.yml, with the environment's packages on
+    the path but not its fuel_cy (`python -S` skips the .pth files, among them the editable
+    install's finder): the hooks find the checkout's own fuel_cy by themselves."""
+    import sysconfig
+
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    probe = subprocess.run([sys.executable, "-S", "-c", "import fuel_cy"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0 and "No module named 'fuel_cy'" in probe.stderr   # the premise
+    r = subprocess.run([sys.executable, "-S", "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+                        "-d", str(tmp_path / "site")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (tmp_path / "site" / "kernels" / "attention_masked" / "index.html").exists()

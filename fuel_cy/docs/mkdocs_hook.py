@@ -11,6 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # editable, installed from a wheel, or not at all: the docs need its pure-Python parts only.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# imported now: mkdocs restores sys.path once this module has run, and the hooks below import
+# fuel_cy's submodules later, through the package this import leaves in sys.modules
+import fuel_cy  # noqa: E402,F401
 
 # api.md marks where the generated entries go, so a kernel added to a contract is documented
 # there without editing the page
