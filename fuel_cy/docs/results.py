@@ -133,18 +133,21 @@ def _fmt_ratio(lo: float, hi: float) -> str:
 
 
 def summary_rows(rows: list[dict]) -> list[list[str]]:
-    """One row per (kernel, dtype, peer): in how many points we are faster, the range, the mean."""
-    groups: dict[tuple, list[float]] = {}
+    """One row per (kernel, dtype, P V mode, peer): in how many points we are faster, the range and
+    mean of the speed ratio, and the milliseconds at the largest point (ours, the peer's)."""
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if peer_kind(r.get("peer")) != "peer" or r.get("ratio") is None:
             continue
-        groups.setdefault((r["kernel"], r.get("dtype", "F32"), r.get("mode"), _peer_label(r["peer"])),
-                          []).append(r["ratio"])
+        groups.setdefault((r["kernel"], r.get("dtype", "F32"), r.get("mode"), _peer_label(r["peer"])), []).append(r)
     out = []
-    for (kernel, dtype, mode, peer), ratios in groups.items():
+    for (kernel, dtype, mode, peer), rs in groups.items():
+        ratios = [r["ratio"] for r in rs]
         wins = sum(x > 1.0 for x in ratios)
+        big = max(rs, key=lambda r: r["peer_ms"] or 0)
+        at = f"{big['ms']:.2f} / {big['peer_ms']:.2f} ({_compact(big['shape'])})" if big.get("peer_ms") else "—"
         out.append([f"`{kernel}` {DTYPE_MARKERS.get(dtype, ('', dtype.lower()))[1]}" + (f" ({mode})" if mode else ""),
-                    peer, f"{wins} of {len(ratios)}", _ratio_cell(ratios)])
+                    peer, f"{wins} of {len(ratios)}", _ratio_cell(ratios), at])
     return out
 
 
@@ -366,7 +369,8 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
         level = f" at CPU level `{m['cpu_capability']}`" if m.get("cpu_capability") else ""
         cpus.setdefault(m.get("cpu", name), []).extend(
             [f"The full grid{level}, {str(data.get('date', '?'))[:10]}:", "",
-             _table(["kernel", "against", "faster in", "speed ratio"], summary_rows(data["rows"])), ""])
+             _table(["kernel", "against", "faster in", "speed ratio", "ms, ours / peer, at the largest"],
+                    summary_rows(data["rows"])), ""])
     for name, data, path in level_runs:
         m = data.get("machine", {})
         cpus.setdefault(m.get("cpu", name), []).extend(
