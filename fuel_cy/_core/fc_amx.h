@@ -36,6 +36,7 @@
 #include "fc_math.h"
 #include "fc_uarch.h"    /* fc_bf16_scores_form, FC_HAVE_AMX */
 #include "fc_gemm.h"     /* FC_HAVE_DPBF16, fc_qk_dpbf16_part, fc_qk_dpbf16_vec */
+#include "fc_pack.h"     /* fc_pair_keys_bf16 */
 
 /* what the emulated tile instructions found would have faulted on the hardware, and how many
  * tdpbf16ps they ran, for the tests */
@@ -150,11 +151,6 @@ static inline void fc_split3_bf16(const float* p, uint32_t* t1, uint32_t* t2, ui
         a = _mm512_sub_ps(a, _mm512_cvtpbh_ps((__m256bh)_mm512_castsi512_si256((__m512i)h)));
         b = _mm512_sub_ps(b, _mm512_cvtpbh_ps((__m256bh)_mm512_extracti64x4_epi64((__m512i)h, 1)));
     }
-}
-/* keys 2k and 2k + 1 of columns [d0, d0 + 16) as 16 bf16 pairs (bf16-valued floats: the top halves) */
-static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32_t* out) {
-    __m512i e = _mm512_loadu_si512(even), o = _mm512_loadu_si512(odd);
-    _mm512_storeu_si512(out, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
 }
 /* OP (LOAD or STORE) on the float32 tiles 0-3 of a 32 x 32 block at C (rows ld floats, stride
  * bytes apart): tile 1 only with a second column tile, 2 with a second row tile, 3 with both */

@@ -319,16 +319,21 @@ static inline double fc_exp_scaled_sum16_f64(double* s, ptrdiff_t n, double scal
 }
 #endif
 
-/* flash: the 16 partials added pairwise */
-static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
 #if FC_HAVE_EXP16
-    /* the same tree in registers: l[i] + l[i + h] for h = 8, 4, 2, 1 (through memory, 64 rows
-     * per tile paid a store-forwarding stall each: 2% of a flash call at D = 128) */
-    __m512 acc = fc_exp_acc16(s, n, scale, m);
+/* the 16 partials added pairwise, the tree in registers: l[i] + l[i + h] for h = 8, 4, 2, 1
+ * (through memory, 64 rows per tile paid a store-forwarding stall each: 2% of a flash call at
+ * D = 128) */
+static inline float fc_sum16_tree(__m512 acc) {
     __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
     __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
     __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
     return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
+}
+#endif
+/* flash: the 16 partials added pairwise */
+static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
+#if FC_HAVE_EXP16
+    return fc_sum16_tree(fc_exp_acc16(s, n, scale, m));
 #else
     float l[16];
     fc_exp_lanes_f32(s, n, scale, m, l);
@@ -342,11 +347,7 @@ static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, fl
  * (other levels) a pass of its own after it. */
 static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp) {
 #if FC_HAVE_EXP16
-    __m512 acc = fc_exp_acc16_rp(s, n, scale, m, rp);
-    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-    __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
-    __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
-    return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
+    return fc_sum16_tree(fc_exp_acc16_rp(s, n, scale, m, rp));
 #else
     float l = fc_exp_scaled_sum_f32(s, n, scale, m);
     if (rp) fc_round_rows_half(s, 0, 1, n, rp == 2);

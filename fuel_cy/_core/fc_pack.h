@@ -129,6 +129,13 @@ static inline void fc_pack_k_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff
         for (ptrdiff_t j = n; j < FC_BC; j++) out[p * FC_BC + j] = 0;
 }
 
+#if defined(__AVX512F__)
+/* keys 2k and 2k + 1 of columns [d0, d0 + 16) as 16 bf16 pairs (bf16-valued floats: the top halves) */
+static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32_t* out) {
+    __m512i e = _mm512_loadu_si512(even), o = _mm512_loadu_si512(odd);
+    _mm512_storeu_si512(out, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
+}
+#endif
 /* V rows (n <= FC_BC keys of D bf16-valued floats) -> Vp [FC_BC / 2][D]: keys 2k and 2k + 1 paired
  * per column (the layout tdpbf16ps takes for its second operand, fc_amx.h fc_pv_bf16v), keys n..
  * zero.  Built once per kv head and shared by its query tiles. */
@@ -138,12 +145,8 @@ static inline void fc_pack_v_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff
         const float* odd = 2 * k + 1 < n ? rows[2 * k + 1] : NULL;
         ptrdiff_t d = 0;
 #if defined(__AVX512F__)
-        if (even && odd)   /* 16 columns at a time: the top halves of the two keys' floats */
-            for (; d + 16 <= D; d += 16) {
-                __m512i e = _mm512_loadu_si512(even + d), o = _mm512_loadu_si512(odd + d);
-                _mm512_storeu_si512(out + k * D + d, _mm512_or_si512(_mm512_srli_epi32(e, 16),
-                                    _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
-            }
+        if (even && odd)   /* 16 columns at a time */
+            for (; d + 16 <= D; d += 16) fc_pair_keys_bf16(even + d, odd + d, out + k * D + d);
 #endif
         for (; d < D; d++) {
             uint32_t e = 0, o = 0;

@@ -134,8 +134,7 @@ def _inputs(spec: RunSpec, rng: np.random.Generator) -> tuple[list[Any], dict[st
     if spec.softcap is not None:
         params["softcap"] = spec.softcap
     if "round_p" in entry.params:   # the P V mode (the kernel's default), stated to the reference too
-        params["round_p"] = (inspect.signature(entry.fn).parameters["round_p"].default if spec.round_p is None
-                             else spec.round_p)
+        params["round_p"] = _default_round_p(entry) if spec.round_p is None else spec.round_p
     if kind == "paged":
         q = rand(shapes["q"])
         kc = rand(shapes["k_cache"])
