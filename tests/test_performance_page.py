@@ -57,3 +57,23 @@ def test_notes_stay_with_their_cpu_and_a_cpu_without_notes_says_so(tmp_path):
     assert "not written up yet" in sections["CPU B"]
     assert "benchmarks/results/cpu-b/notes.md" in sections["CPU B"]
     assert "not written up yet" not in sections["CPU A"]
+
+
+def test_every_plotted_race_carries_its_milliseconds_without_overprinting():
+    """Each point of the peer-race plots is labelled with fuel_cy's time, and a plot line holds at
+    most two timed points, labelled on opposite sides, so no label prints over another."""
+    from fuel_cy.docs.results import FAMILIES, _dtype_parts, _family_points, _fmt_ms, _ms_placement
+
+    for run in sorted(RESULTS.glob("*/bench.json")):
+        rows = json.loads(run.read_text())["rows"]
+        for key, _, _ in FAMILIES:
+            for part, _, _ in _dtype_parts(_family_points(rows, key)):
+                placed = _ms_placement(part)
+                assert len(placed) == len(part), (run, key)   # every point timed and labelled
+                sides: dict[str, list[bool]] = {}
+                for point, above in placed:
+                    assert point["ms"] > 0 and re.fullmatch(r"[\d.]+ (µs|ms|s)", _fmt_ms(point["ms"]))
+                    sides.setdefault(point["label"], []).append(above)
+                for label, s in sides.items():
+                    assert len(s) <= 2 and len(set(s)) == len(s), (run, key, label, s)
+    assert _fmt_ms(0.0048) == "5 µs" and _fmt_ms(9.53) == "9.53 ms" and _fmt_ms(1060.0) == "1.06 s"

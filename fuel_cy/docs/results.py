@@ -220,13 +220,19 @@ def dot_plot(plt, rows: list[dict[str, Any]], title: str, stamp: str, xlabel: st
     ncol = 2 if len(handles) > 2 else 1
     # a fixed width (the page's column, so labels keep their size); constrained layout fits the
     # y labels, titles and legend inside it
-    height = 1.75 + 0.34 * len(labels) + 0.3 * math.ceil(len(handles) / ncol)
+    timed = any(r.get("ms") is not None for r in rows)
+    height = 1.75 + (0.62 if timed else 0.34) * len(labels) + 0.3 * math.ceil(len(handles) / ncol)
     fig, ax = plt.subplots(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
     ys = {lab: i for i, lab in enumerate(labels)}
     for r in rows:
         colour = OURS if r["kind"] == "ours" else (WIN if r["ratio"] >= 1.0 else LOSS)
         ax.scatter(r["ratio"], ys[r["label"]], marker=r["marker"], s=70, c=colour, edgecolors="black",
                    linewidths=0.6, zorder=3)
+    for r, above in _ms_placement(rows):
+        # the milliseconds beside each marker, so a reader sees the time a ratio stands for
+        ax.annotate(_fmt_ms(r["ms"]), (r["ratio"], ys[r["label"]]), xytext=(0, 7 if above else -7),
+                    textcoords="offset points", ha="center", va="bottom" if above else "top",
+                    fontsize=FONT_PT, color="#333333", zorder=4)
     ratios = [r["ratio"] for r in rows]
     lo, hi = min(ratios + [1.0]) / 1.25, max(ratios + [1.0]) * 1.25
     ax.set_xscale("log")
@@ -250,6 +256,26 @@ def dot_plot(plt, rows: list[dict[str, Any]], title: str, stamp: str, xlabel: st
     return buf.getvalue()
 
 
+def _fmt_ms(ms: float) -> str:
+    if ms < 0.1:
+        return f"{ms * 1000:.0f} µs"
+    return f"{ms:.3g} ms" if ms < 1000 else f"{ms / 1000:.2f} s"
+
+
+def _ms_placement(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], bool]]:
+    """Each timed point with whether its label goes above the marker: on one line, labels of
+    neighbouring points alternate sides so close ratios do not print over each other."""
+    out = []
+    by_line: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("ms") is not None:
+            by_line.setdefault(r["label"], []).append(r)
+    for line in by_line.values():
+        for i, r in enumerate(sorted(line, key=lambda r: r["ratio"])):
+            out.append((r, i % 2 == 0))
+    return out
+
+
 def _image(name: str, alt: str) -> str:
     return f'![{alt}](perf/{name}){{ .fc-plot-img data-font-pt="{FONT_PT:g}" data-dpi="{DPI}" loading="lazy" }}'
 
@@ -268,14 +294,29 @@ def _family_points(rows: list[dict], family: str) -> list[dict[str, Any]]:
             series, marker = f"{dname}, {r['mode']}", {"^": "<", "v": ">"}.get(marker, "X")
         if family == "paged":
             marker = {"PyTorch gather + SDPA": "D"}.get(_peer_label(r["peer"]), marker)
-        points.append({"label": _shape_label(r["shape"]), "ratio": r["ratio"], "marker": marker,
-                       "series": series, "kind": "peer"})
+        half = dtype in ("BF16", "F16")
+        # half types on lines of their own (shape and dtype): at most two timed points per line
+        label = _shape_label(r["shape"]) + (f" {dname}" if half else "")
+        points.append({"label": label, "ratio": r["ratio"], "marker": marker, "series": series,
+                       "kind": "peer", "ms": r.get("ms"), "half": half, "dtype": dname})
     return sorted(points, key=lambda p: _shape_key(p["label"]))
+
+
+def _dtype_parts(points: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], str, str]]:
+    """A family's points as one figure, or two (float32/float64, then the half types) when it has
+    both: one figure with every dtype's line would run past a screen."""
+    full = [p for p in points if not p["half"]]
+    half = [p for p in points if p["half"]]
+    if not (full and half):
+        return [(points, "", "")]
+    def named(part: list[dict[str, Any]]) -> str:
+        return ", " + " and ".join(dict.fromkeys(p["dtype"] for p in part))
+    return [(full, "", named(full)), (half, "-half", named(half))]
 
 
 def _shape_key(label: str) -> tuple:
     nums = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", label)}
-    return (nums.get("ctx", 0), nums.get("S", 0), nums.get("D", 0), -nums.get("Hkv", 0), "causal" in label)
+    return (nums.get("ctx", 0), nums.get("S", 0), nums.get("D", 0), -nums.get("Hkv", 0), "causal" in label, label.split()[-1] == "float16")
 
 
 def _ours_points(rows: list[dict]) -> list[dict[str, Any]]:
@@ -398,10 +439,12 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
             lines += [f"### {title}", ""]
             if plt is not None:
                 peer = "PyTorch" if key != "backward" else "PyTorch autograd"
-                img = f"{slug}-{key}.png"
-                images[img] = dot_plot(plt, points, f"{title}: {' and '.join(k.replace('attention_', '') for k in kernels)}", stamp,
-                                       f"speed ratio = {peer} time / fuel_cy time")
-                lines += [_image(img, f"{title}: speed ratios of fuel_cy against PyTorch on {cpu}"), ""]
+                names = " and ".join(k.replace("attention_", "") for k in kernels)
+                for part, suffix, what in _dtype_parts(points):
+                    img = f"{slug}-{key}{suffix}.png"
+                    images[img] = dot_plot(plt, part, f"{title}: {names}{what}", stamp,
+                                           f"speed ratio = {peer} time / fuel_cy time (beside each point: fuel_cy's time)")
+                    lines += [_image(img, f"{title}{what}: speed ratios of fuel_cy against PyTorch on {cpu}"), ""]
         ours = _ours_points(data["rows"])
         if ours:
             lines += ["### fuel_cy against itself", "",
