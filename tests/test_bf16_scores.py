@@ -439,3 +439,58 @@ def test_tile_instructions_run_in_a_fresh_process():
         assert report["scores_within_bound"] and report["flash_rel"] <= 1e-2, report
     else:
         assert report["state"] == "absent" and "amx" not in report["forms"], report
+
+
+def _pairs_model(x: np.ndarray, which: str) -> np.ndarray:
+    """The pair layouts the mixed flash's bf16 products read, from the bf16 bits x [n, D]: low half
+    the even element, high half the odd one, missing elements zero."""
+    n, d = x.shape
+    d2 = (d + 1) // 2
+    w = np.zeros((max(n, 1), 2 * d2), np.uint32)
+    w[:n, :d] = x
+    rows = w[:, 0::2] | (w[:, 1::2] << 16)     # [n, D2]: a row's elements paired
+    if which == "q":
+        return rows[:n]
+    if which == "k":                            # [D2, 128]: keys along the columns
+        out = np.zeros((d2, 128), np.uint32)
+        out[:, :n] = rows[:n].T
+        return out
+    keys = np.zeros((128, d), np.uint32)        # "v" [64, D]: keys 2k and 2k + 1 per column
+    keys[:n] = x
+    return keys[0::2] | (keys[1::2] << 16)
+
+
+@pytest.mark.parametrize("n,d", [(0, 8), (1, 1), (7, 33), (16, 32), (17, 64), (40, 72), (128, 128),
+                                 (127, 111), (64, 130), (100, 31), (33, 256)])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_pairs_from_bf16_storage_are_the_widened_routes(n, d, which):
+    """The mixed flash pairs Q, K and V straight from their bf16 storage (no widened copy): the
+    same pairs as the float32 route, bit for bit, in the layouts the products read (a numpy model),
+    NaN and subnormal patterns included, every slot written."""
+    rng = np.random.default_rng(n * 1000 + d)
+    x = rng.integers(0, 1 << 16, size=(n, d), dtype=np.uint16)   # every bit pattern, NaNs included
+    storage, widened = core()._test_pairs_from_storage(x, which)
+    model = _pairs_model(x, which)
+    assert storage.shape == model.shape
+    assert np.array_equal(storage, model), which
+    assert np.array_equal(widened, model), which
+
+
+@pytest.mark.parametrize("n,d", [(0, 8), (1, 1), (7, 33), (16, 64), (17, 65), (128, 128), (100, 130), (33, 256)])
+@pytest.mark.parametrize("is_f16", [0, 1])
+def test_kt_packed_from_half_storage_is_the_widened_route(n, d, is_f16):
+    """Where the mixed flash's scores take the float32 loops (f16; bf16 without AVX512-BF16), K is
+    widened as it is packed, from its storage: the same K^T bits as packing a widened copy, and
+    the layout a numpy model gives (column j key j, keys n.. zero)."""
+    rng = np.random.default_rng(n * 7 + d)
+    x = rng.integers(0, 1 << 16, size=(n, d), dtype=np.uint16)
+    if is_f16:   # finite f16 patterns (subnormals included): a NaN's widened payload is the converter's
+        x[~np.isfinite(x.view(np.float16))] = 0x3c00
+        wide = x.view(np.float16).astype(np.float32)
+    else:
+        wide = (x.astype(np.uint32) << 16).view(np.float32)
+    storage, widened = core()._test_pairs_from_storage(np.ascontiguousarray(x), "kt", is_f16)
+    model = np.zeros((d, 128), np.uint32)
+    model[:, :n] = wide.view(np.uint32).T
+    assert np.array_equal(storage, model)
+    assert np.array_equal(widened, model)

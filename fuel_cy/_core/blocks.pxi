@@ -58,6 +58,10 @@ cdef struct AttnOpts:
     # round_p (float32 compute on bf16/f16 inputs): each tile's P rounded to bf16 (1) or f16 (2)
     # before P V, after its row sums; 0: P stays float32
     int round_p
+    # the mixed flash reading Q in its bf16/f16 storage (is_f16; NULL: the widened q) and writing
+    # each output row rounded to T there (NULL: the float32 out)
+    const unsigned short* q16
+    unsigned short* out16
 
 
 cdef inline Py_ssize_t key_row(AttnOpts* o, Py_ssize_t j) noexcept nogil:

@@ -302,7 +302,15 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.bias = NULL
     o.m_sb = o.m_sh = o.m_si = o.a_sb = o.a_sh = o.a_si = 0
     o.round_p = 0   # set by the half-type drivers (_round_p)
+    o.q16 = NULL
+    o.out16 = NULL
     return o
+
+
+cdef bint _pairs16_v(int round_p) noexcept:
+    """Whether the bf16 flash's P V reads V's pairs only (round_p to bf16 on vdpbf16ps), so V
+    can be paired straight from its storage; the tile forms read float32 V at their edges."""
+    return bool(FC_HAVE_DPBF16) and round_p == 1 and not fc_bf16_on_tiles()
 
 
 cdef int _round_p(dict params, int is_f16):
@@ -384,7 +392,9 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                      const real_t* bias=NULL, tuple mask_dims=None, bint alibi_abs=False, const Py_ssize_t* strides=NULL,
                      float* lse=NULL, Py_ssize_t lse_ld=0, const unsigned short* k16=NULL,
                      const unsigned short* v16=NULL, int is_f16=0, const unsigned int* ktable=NULL,
-                     Py_ssize_t kbs=0, int round_p=0):
+                     Py_ssize_t kbs=0, int round_p=0, const unsigned short* q_h16=NULL,
+                     const unsigned short* k_h16=NULL, const unsigned short* v_h16=NULL,
+                     unsigned short* out_h16=NULL):
     """bf16_pairs: q and k hold bf16 values and the flash scores come from vdpbf16ps (or AMX tiles:
     fc_amx.h).  shift: the masks' alignment (_opts).  mask, bias: attention_masked's [MB, MH, MQ,
     Sk] boolean mask and additive bias (flash only), mask_dims (MB, MH, MQ, AB, AH, AQ) their
@@ -394,7 +404,11 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     step (Sq == 1) under float32 compute reads K and V in their bf16/f16 storage (is_f16) where
     they lie, laid out as `strides` says (k and v are then NULL; AttnOpts.k16).  ktable, kbs: a
     decode step's keys through a paged pool's table row (AttnOpts.ktable; the rows `strides` steps
-    by are the pool's).  round_p: AttnOpts.round_p (_round_p; float32 compute only)."""
+    by are the pool's).  round_p: AttnOpts.round_p (_round_p; float32 compute only).  q_h16,
+    k_h16, v_h16, out_h16 (the float32-compute flash on bf16/f16 inputs, is_f16, Sq > 1,
+    C-contiguous): q and k read in their 16-bit storage (paired, or widened as K is packed) and
+    the output written rounded to T (q, k, out then NULL): no widened copies; v_h16 (v then NULL)
+    only where V's bf16 pairs are all the P V reads (round_p on vdpbf16ps, _pairs16_v)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if k16 != NULL and (naive or bf16_pairs or sh.Sq != 1 or real_t is not float or rnd_t is not RoundNone):
@@ -403,12 +417,21 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         raise ValueError("fuel_cy core: a paged pool is read by the float32/float64-policy decode only")
     if naive and strides != NULL:
         raise ValueError("fuel_cy core: the naive forward reads C-contiguous operands only")
+    if ((q_h16 != NULL) != (k_h16 != NULL) or (q_h16 != NULL) != (out_h16 != NULL)
+            or (q_h16 != NULL and (real_t is not float or rnd_t is not RoundNone or naive or sh.Sq == 1
+                                   or k16 != NULL or strides != NULL or q != NULL or k != NULL or out != NULL))
+            or (v_h16 != NULL and (q_h16 == NULL or v != NULL or not bf16_pairs or not _pairs16_v(round_p)))
+            or (q_h16 != NULL and v_h16 == NULL and v == NULL)):
+        raise ValueError("fuel_cy core: bf16 storage is read in place by the bf16-pairs flash forward only")
     _layouts(&sh, strides)
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
     if nout == 0:
         return
     if sh.Sk == 0 or sh.D == 0:
-        _zero_rows(out, &sh)
+        if out_h16 != NULL:
+            memset(out_h16, 0, nout * sizeof(unsigned short))   # (C-contiguous; +0 is 0x0000 in both)
+        else:
+            _zero_rows(out, &sh)
         return
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
     cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
@@ -424,6 +447,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     if round_p and (real_t is not float or rnd_t is not RoundNone or naive):
         raise ValueError("fuel_cy core: round_p is a float32-compute flash mode")
     o.round_p = round_p
+    o.q16 = q_h16
+    o.out16 = out_h16
     if lse != NULL:
         if naive:
             raise ValueError("fuel_cy core: the naive forward has no log-sum-exp output")
@@ -473,12 +498,19 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         while kv0 < nkv_total and not fc_stopped(&it):
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
-                if bf16_pairs:
+                if bf16_pairs and k_h16 != NULL:
+                    pack_heads_pairs16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
+                elif bf16_pairs:
                     pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
-                if vpairs:
+                if v_h16 != NULL:
+                    pack_heads_pairs16(v_h16, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
+                elif vpairs:
                     pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
             if not bf16_pairs and not krows and k16 == NULL:
-                pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
+                if real_t is float and k_h16 != NULL:
+                    pack_heads16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, <float*>ktp, nt, is_f16)
+                else:
+                    pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
             if naive:
                 naive_forward_core(tag, kv0, nkv, <real_t*>q, ktp, <real_t*>v, <real_t*>slopes, out, &sh, &o,
                                    scratch, per_thread, nt)

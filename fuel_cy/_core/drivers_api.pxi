@@ -47,15 +47,19 @@ cdef object drive_attention_flash(rnd_t tag, const real_t* q, const real_t* k, c
 cdef object drive_attention_flash_half(RoundNone tag, const float* q, const float* k, const float* v,
                                        const float* slopes, float* out, tuple dims,
                                        dict params, int nthreads, int is_f16,
-                                       const unsigned short* k16=NULL, const unsigned short* v16=NULL):
+                                       const unsigned short* k16=NULL, const unsigned short* v16=NULL,
+                                       const unsigned short* q_h16=NULL, const unsigned short* k_h16=NULL,
+                                       const unsigned short* v_h16=NULL, unsigned short* out_h16=NULL):
     """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
     level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16),
-    or AMX tile sums where the CPU has AMX-BF16, P V then on the tiles too (fc_pv_bf16v);
+    or AMX tile sums where the CPU has AMX-BF16, P V then on the tiles too (fc_pv_h16v);
     otherwise, and for f16, the float32 loops.  k16, v16 (k and v NULL): a decode step (Sq == 1)
-    reading K and V in their 16-bit storage, C-contiguous, widened in registers (no copy)."""
+    reading K and V in their 16-bit storage, C-contiguous, widened in registers (no copy).
+    q_h16, k_h16, v_h16, out_h16 (q, k, out NULL, v NULL with v_h16): Q and K read in their
+    16-bit storage, V too where _pairs16_v, the output rounded into its T array (_forward)."""
     _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False,
              bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, NULL, <const float*>NULL, None, False, NULL,
-             NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16))
+             NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16), q_h16, k_h16, v_h16, out_h16)
 
 
 # ---- paged decode over a block table ------------------------------------------------------------

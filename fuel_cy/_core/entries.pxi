@@ -120,6 +120,25 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     # a decode step (Sq == 1) of a half driver reads K and V in their 16-bit storage: a KV cache
     # is read once at two bytes an element instead of widened into a copy on every step
     cdef bint decode16 = halfdrv and (driver == _DRV_FLASH_HALF or driver == _DRV_MASKED_HALF) and dims[3] == 1
+    # the half flash reads Q and K in their storage (bf16 pairs on vdpbf16ps or the tiles: the
+    # stored bits; else widened as they are packed), V too where its P V reads bf16 pairs only,
+    # and rounds its output into the T array: no widened copies written and read again per call
+    cdef bint pairs16 = (halfdrv and driver == _DRV_FLASH_HALF and not decode16 and real_t is float
+                         and rnd_t is RoundNone)
+    cdef bint vpairs16 = pairs16 and is_f16 == 0 and _pairs16_v(_round_p(params, 0))
+    if pairs16:
+        q, k, v, s = ins
+        h = _half_typenum(code)
+        v_a = None if vpairs16 else _win(v, npwork, code, narrow, nthreads, "v")
+        s_a = _win(s, npwork, code, narrow, nthreads, "alibi_slopes")
+        res = _empty_as(q, h)
+        if rnd_t is RoundNone and real_t is float:
+            drive_attention_flash_half(tag, NULL, NULL, <const float*>_ptr(v_a, tn), <const float*>_ptr(s_a, tn),
+                                       NULL, dims, params, nthreads, is_f16, NULL, NULL,
+                                       <const unsigned short*>_ptr(q, h), <const unsigned short*>_ptr(k, h),
+                                       <const unsigned short*>_ptr(v, h) if vpairs16 else NULL,
+                                       <unsigned short*>_ptr(res, h))
+        return res
     if driver <= _DRV_FLASH_HALF:
         q, k, v, s = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")

@@ -7,6 +7,7 @@
 #define FUEL_CY_FC_PACK_H
 #include "fc_isa.h"
 #include "fc_math.h"   /* fc_f32_to_bf16_bits */
+#include "fc_half.h"   /* fc_widen_half */
 
 /* ---- K^T packing: out[d * FC_BC + j] = rows[j][d] for j < n, zero for n <= j < FC_BC. ----------
  * Done in square blocks of one vector's lanes (16, 8 or 4) transposed in registers; the
@@ -95,6 +96,27 @@ static inline void fc_pack_kt_f32(float* const* rows, ptrdiff_t n, ptrdiff_t D, 
         for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
 }
 
+/* fc_pack_kt_f32 from bf16/f16 storage (the mixed flash's K where its scores take the float32
+ * loops): 16 rows x 64 columns at a time widened into a 4 KB buffer that stays in L1, then
+ * transposed; the same K^T bits as packing a widened copy, without the copy. */
+static inline void fc_pack_kt_h16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, float* out, int is_f16) {
+    float tmp[16 * 64];
+    const float* tr[16];
+    for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) {
+        ptrdiff_t m = n - j0 < 16 ? n - j0 : 16;
+        for (ptrdiff_t c0 = 0; c0 < D; c0 += 64) {
+            ptrdiff_t w = D - c0 < 64 ? D - c0 : 64;
+            for (ptrdiff_t i = 0; i < m; i++) {
+                fc_widen_half(rows[j0 + i] + c0, tmp + i * 64, w, is_f16);
+                tr[i] = tmp + i * 64;
+            }
+            fc_transpose_rows(tr, m, w, out + c0 * FC_BC + j0, FC_BC);
+        }
+    }
+    for (ptrdiff_t d = 0; d < D; d++)
+        for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
+}
+
 /* dst[j * ldd + r] = src[r * lds + j] for r < nrows, j < ncols (the rounded backward's P^T and
  * dS^T: element by element, its reads were a cache line apart and took a fifth of a bf16
  * backward). */
@@ -154,6 +176,66 @@ static inline void fc_pack_v_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff
             if (odd) memcpy(&o, odd + d, 4);
             out[k * D + d] = (e >> 16) | (o & 0xffff0000u);
         }
+    }
+}
+
+/* ---- The same pairs read straight from bf16 storage (uint16_t rows, D adjacent): the mixed
+ * flash's Q, K and V need no widened float32 copy (a copy written and read again per call was
+ * ~6% of a bf16 call at S = 1024).  Same bits as the float32 route: widening is exact and the
+ * pairs are the widened values' top halves. */
+/* one row of D bf16 values -> D2 pairs (an odd D padded with a zero) */
+static inline void fc_pair_row_b16(const uint16_t* x, ptrdiff_t D, uint32_t* out) {
+    ptrdiff_t D2 = D / 2;
+    memcpy(out, x, (size_t)D2 * 4);
+    if (D & 1) out[D2] = x[D - 1];
+}
+/* K rows (n <= FC_BC keys of D bf16 values) -> Kp [D2][FC_BC] (fc_pack_k_pairs_bf16's layout),
+ * keys n.. zero: a transpose of 32-bit pairs, 16 x 16 blocks in registers where whole. */
+static inline void fc_pack_k_pairs_b16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    ptrdiff_t D2 = (D + 1) / 2, full = D / 2, j0 = 0;
+#if defined(__AVX512F__)
+    for (; j0 + 16 <= n; j0 += 16) {
+        ptrdiff_t p0 = 0;
+        for (; p0 + 16 <= full; p0 += 16) {
+            __m512 r[16];
+            for (int j = 0; j < 16; j++) r[j] = _mm512_loadu_ps((const float*)(const void*)(rows[j0 + j] + 2 * p0));
+            fc_transpose_block(r);
+            for (int p = 0; p < 16; p++) _mm512_storeu_ps((float*)(void*)(out + (p0 + p) * FC_BC + j0), r[p]);
+        }
+        for (ptrdiff_t p = p0; p < D2; p++)
+            for (ptrdiff_t j = j0; j < j0 + 16; j++) {
+                uint32_t w = rows[j][2 * p];
+                if (2 * p + 1 < D) w |= (uint32_t)rows[j][2 * p + 1] << 16;
+                out[p * FC_BC + j] = w;
+            }
+    }
+#endif
+    for (ptrdiff_t j = j0; j < n; j++)
+        for (ptrdiff_t p = 0; p < D2; p++) {
+            uint32_t w = rows[j][2 * p];
+            if (2 * p + 1 < D) w |= (uint32_t)rows[j][2 * p + 1] << 16;
+            out[p * FC_BC + j] = w;
+        }
+    for (ptrdiff_t p = 0; p < D2; p++)
+        for (ptrdiff_t j = n; j < FC_BC; j++) out[p * FC_BC + j] = 0;
+}
+/* V rows (n <= FC_BC keys of D bf16 values) -> Vp [FC_BC / 2][D] (fc_pack_v_pairs_bf16's
+ * layout): keys 2k and 2k + 1 interleaved per column, keys n.. zero. */
+static inline void fc_pack_v_pairs_b16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    for (ptrdiff_t k = 0; k < FC_BC / 2; k++) {
+        const uint16_t* even = 2 * k < n ? rows[2 * k] : NULL;
+        const uint16_t* odd = 2 * k + 1 < n ? rows[2 * k + 1] : NULL;
+        ptrdiff_t d = 0;
+#if defined(__AVX512F__)
+        if (even && odd)
+            for (; d + 16 <= D; d += 16) {
+                __m512i e = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(even + d)));
+                __m512i o = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(const void*)(odd + d)));
+                _mm512_storeu_si512(out + k * D + d, _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
+            }
+#endif
+        for (; d < D; d++)
+            out[k * D + d] = (even ? (uint32_t)even[d] : 0u) | ((odd ? (uint32_t)odd[d] : 0u) << 16);
     }
 }
 

@@ -102,6 +102,53 @@ cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nhe
         pack_head_tile_pairs(x, l, head0, task, ntiles, Sk, D, out, keys_paired)
 
 
+cdef inline void pack_head_tile_pairs16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
+                                        Py_ssize_t ntiles, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
+                                        bint keys_paired) noexcept nogil:
+    cdef const unsigned short* rows[BC]
+    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
+    n = Sk - t * BC
+    if n > BC:
+        n = BC
+    for jj in range(n):
+        rows[jj] = x + row_offset(l, head, t * BC + jj)
+    if keys_paired:
+        fc_pack_v_pairs_b16(rows, n, D, out + task * (BC // 2) * D)
+    else:
+        fc_pack_k_pairs_b16(rows, n, D, out + task * ((D + 1) // 2) * BC)
+
+
+cdef void pack_heads_pairs16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, Py_ssize_t Sk,
+                             Py_ssize_t D, unsigned int* out, int nthreads, bint keys_paired=False) noexcept nogil:
+    """pack_heads_pairs from K or V in their bf16 storage (laid out as l says): the same pairs,
+    with no widened copy in between."""
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t task
+    for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
+        pack_head_tile_pairs16(x, l, head0, task, ntiles, Sk, D, out, keys_paired)
+
+
+cdef inline void pack_head_tile16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
+                                  Py_ssize_t ntiles, Py_ssize_t Sk, Py_ssize_t D, float* out, int is_f16) noexcept nogil:
+    cdef const unsigned short* rows[BC]
+    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
+    n = Sk - t * BC
+    if n > BC:
+        n = BC
+    for jj in range(n):
+        rows[jj] = x + row_offset(l, head, t * BC + jj)
+    fc_pack_kt_h16(rows, n, D, out + task * D * BC, is_f16)
+
+
+cdef void pack_heads16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, Py_ssize_t Sk,
+                       Py_ssize_t D, float* out, int nthreads, int is_f16) noexcept nogil:
+    """pack_heads from K in its bf16/f16 storage (laid out as l says), widened as it packs."""
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t task
+    for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
+        pack_head_tile16(x, l, head0, task, ntiles, Sk, D, out, is_f16)
+
+
 cdef inline Py_ssize_t flash_scratch(Py_ssize_t D) noexcept nogil:
     """The work-type elements of one thread's flash_task scratch: Q, S, O, m, l, Q's bf16 pairs and
     P's (round_p)."""
@@ -179,7 +226,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t* rows[BC]
     cdef real_t* srow
     cdef real_t* orow
-    cdef real_t* vbase = v + row_offset(&sh.lv, kvh, 0) if o.v16 == NULL else NULL
+    cdef real_t* vbase = v + row_offset(&sh.lv, kvh, 0) if o.v16 == NULL and v != NULL else NULL
     # with o.k16 / o.v16 (float32 compute, 16-bit K and V read in place), their rows there
     cdef const unsigned short* rows16[BC]
     cdef const unsigned short* krow16 = o.k16 + row_offset(&sh.lk, kvh, 0) if o.k16 != NULL else NULL
@@ -228,7 +275,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     ilast = Sq - 1 if heads_as_rows and nr > Sq - i0 else rp[nr - 1]
     nr4 = (nr + NR - 1) // NR * NR
     # the tile's rows: consecutive positions of head h, or (heads_as_rows) of heads h, h + 1, ...
-    if heads_as_rows and Sq > 1:
+    if rnd_t is RoundNone and real_t is float and o.q16 != NULL:   # Q read in its 16-bit storage
+        if kpp != NULL:   # its pairs are its stored bits
+            for r in range(nr):
+                fc_pair_row_b16(o.q16 + row_offset(&sh.lq, b * sh.Hq + rh[r], rp[r]), D, Qp + r * D2)
+            memset(Qp + nr * D2, 0, (nr4 - nr) * D2 * sizeof(unsigned int))
+        else:
+            for r in range(nr):
+                fc_widen_half(o.q16 + row_offset(&sh.lq, b * sh.Hq + rh[r], rp[r]), <float*>Qs + r * D, D, o.is_f16)
+            zero(Qs + nr * D, (nr4 - nr) * D)
+    elif heads_as_rows and Sq > 1:
         for r in range(nr):
             memcpy(Qs + r * D, q + row_offset(&sh.lq, b * sh.Hq + rh[r], rp[r]), D * sizeof(real_t))
         zero(Qs + nr * D, (nr4 - nr) * D)
@@ -236,7 +292,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         copy_rows_strided(q + row_offset(&sh.lq, b * sh.Hq + h, i0), hstep * sh.lq.sh + pstep * sh.lq.ss,
                           nr, nr4, D, Qs)
     if rnd_t is RoundNone and real_t is float:
-        if kpp != NULL:
+        if kpp != NULL and o.q16 == NULL:
             fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
     zero(O, nr4 * D)
     for r in range(nr):
@@ -345,6 +401,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             if rnd_t is RoundNone and real_t is float:
                 fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
             continue
+        if vbase == NULL:   # (only V's bf16 pairs are at hand: the round_p product on them)
+            if rnd_t is RoundNone and real_t is float:
+                fc_pv_dpbf16_vec(S, BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D, D, O, D, Pp)
+            continue
         for jj in range(nc):
             rows[jj] = vbase + key_row(o, j0 + jj) * ldv
         if o.ktable != NULL:   # a paged pool's rows: by their pointers
@@ -359,10 +419,13 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         else:   # (round_p without AVX512-BF16, or f16: the rounded weights on the float32 loops)
             pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D)
     for r in range(nr):
-        orow = out + row_offset(&sh.lo, b * sh.Hq + rh[r], rp[r])
+        # (out16: the row in Q's buffer, free now, then rounded to T where it belongs)
+        orow = Qs if o.out16 != NULL else out + row_offset(&sh.lo, b * sh.Hq + rh[r], rp[r])
         li = l[r]
         for d in range(D):
             orow[d] = R(tag, O[r * D + d] / li) if li != 0 else 0
+        if real_t is float and o.out16 != NULL:
+            fc_narrow_half(<float*>orow, o.out16 + row_offset(&sh.lo, b * sh.Hq + rh[r], rp[r]), D, o.is_f16)
         if o.lse != NULL:   # log of the row's softmax denominator: sum exp(s - m) = l, so m + log l
             o.lse[(b * sh.Hq + rh[r]) * o.lse_ld + rp[r]] = (
                 <float>(<double>m[r] + log(<double>li)) if li > 0 else INFINITY)

@@ -93,6 +93,10 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pair_rows_bf16(const float* x, Py_ssize_t rows, Py_ssize_t D, unsigned int* out, Py_ssize_t ldo)
     void fc_pack_k_pairs_bf16(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
     void fc_pack_v_pairs_bf16(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+    void fc_pair_row_b16(const unsigned short* x, Py_ssize_t D, unsigned int* out)
+    void fc_pack_kt_h16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, float* out, int is_f16)
+    void fc_pack_k_pairs_b16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+    void fc_pack_v_pairs_b16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
 
     # fc_exp.h: softmax row passes
     bint FC_ROWRED_IN_C

@@ -375,3 +375,52 @@ def _test_gemm_f16(float[:, ::1] q, float[:, ::1] kt, float[:, ::1] p, float[:, 
     fc_qk_f16(&q[0, 0], nr, D, &kt[0, 0], &sv[0, 0], BC, BC)
     fc_pv_f16(&p[0, 0], n, nr, n, <float**>&rv[0], D2, &ov[0, 0], D2)
     return s, out
+
+
+def _test_pairs_from_storage(cnp.ndarray x, str which, int is_f16=0):
+    """Testing hook: the bf16 pairs the mixed flash builds from x's bf16 storage (uint16 [n, D],
+    n <= 128) by the storage route (fc_pack_k_pairs_b16 / fc_pack_v_pairs_b16 / fc_pair_row_b16
+    per row) and by the widened-float32 route, as (storage, widened) uint32 arrays: which "k"
+    ([D2, 128]), "v" ([64, D]) or "q" ([n, D2]); "kt": K^T packed for the float32 loops
+    ([D, 128], the float32 bits) from bf16 or (is_f16) f16 storage (fc_pack_kt_h16) and from the
+    widened rows (fc_pack_kt_f32)."""
+    if x.dtype != _np.uint16 or x.ndim != 2 or not x.flags.c_contiguous:
+        raise ValueError("x: a C-contiguous uint16 [n, D] array")
+    cdef Py_ssize_t n = x.shape[0], D = x.shape[1], D2 = (x.shape[1] + 1) // 2, j
+    if n > BC or D == 0:
+        raise ValueError("x must be [<= 128, D], D > 0")
+    if n and is_f16:
+        wide = x.view(_np.float16).astype(_np.float32)
+    elif n:
+        wide = (x.astype(_np.uint32) << 16).view(_np.float32).copy()
+    else:
+        wide = _np.zeros((1, D), _np.float32)
+    xs = x if n else _np.zeros((1, D), _np.uint16)
+    cdef unsigned short[:, ::1] xv = xs
+    cdef float[:, ::1] wv = wide
+    cdef const unsigned short* r16[BC]
+    cdef float* r32[BC]
+    for j in range(n):
+        r16[j] = &xv[j, 0]
+        r32[j] = &wv[j, 0]
+    shape = {"k": (D2, BC), "v": (BC // 2, D), "q": (max(n, 1), D2), "kt": (D, BC)}[which]
+    a = _np.full(shape, 0xDEADBEEF, _np.uint32)
+    b = _np.full(shape, 0xDEADBEEF, _np.uint32)
+    cdef unsigned int[:, ::1] av = a
+    cdef unsigned int[:, ::1] bv = b
+    if which == "k":
+        fc_pack_k_pairs_b16(r16, n, D, &av[0, 0])
+        fc_pack_k_pairs_bf16(r32, n, D, &bv[0, 0])
+    elif which == "kt":
+        fc_pack_kt_h16(r16, n, D, <float*>&av[0, 0], is_f16)
+        fc_pack_kt_f32(r32, n, D, <float*>&bv[0, 0])
+    elif which == "v":
+        fc_pack_v_pairs_b16(r16, n, D, &av[0, 0])
+        fc_pack_v_pairs_bf16(r32, n, D, &bv[0, 0])
+    else:
+        for j in range(n):
+            fc_pair_row_b16(r16[j], D, &av[j, 0])
+        if n:
+            fc_pair_rows_bf16(&wv[0, 0], n, D, &bv[0, 0], D2)
+        a, b = a[:n], b[:n]
+    return a, b
