@@ -229,10 +229,11 @@ def test_bench_targets_are_judged_from_the_results():
     judged = {t["target"]: t for t in targets(result)}
     assert judged["flash f32 >= 1.2x torch SDPA, non-causal points"]["met"] is True  # NumPy row not counted
     assert judged["flash f32 >= 1.3x torch SDPA, causal points"]["met"] is False
-    assert judged["flash f32 >= 80% of the f32 GEMM rate, S=4096 D=128"]["measured"] == "91%"
+    assert judged["flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128"] == {
+        "target": "flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128", "measured": "91%", "met": True}
     assert judged["bf16 math in T within 4x of f32 (ratio >= 0.25)"]["met"] is True
     assert judged["f16 math in T within 4x of f32 (ratio >= 0.25; 2x on AVX512-FP16 CPUs, else 4x)"]["met"] is True
-    assert judged["backward f32 >= 1.2x torch autograd backward (GQA included)"]["met"] is None
+    assert judged["backward f32 >= 1.3x torch autograd backward (GQA included)"]["met"] is None
     assert judged["paged decode K+V read >= 70% of the copy rate"]["met"] is False
     # on a CPU with native f16 arithmetic the f16 bound is 2x
     fp16 = {t["target"]: t for t in targets({**result, "machine": {"features": ["avx512_fp16"]}})}

@@ -1,4 +1,4 @@
-"""The performance targets (issues #13, #14, #5, #34, #36) evaluated on a `fuel-cy bench` result: what was measured
+"""The performance targets (issues #13, #14, #5, #34, #36, #37) evaluated on a `fuel-cy bench` result: what was measured
 against each goal and whether it is met.  Pure data in, data out; printed by `fuel-cy bench` and
 rendered on the site's Performance page."""
 from __future__ import annotations
@@ -15,6 +15,11 @@ def check(name: str, values: list[float], goal: float, fmt: str = "{:.2f}x") -> 
     return {"target": name, "measured": shown, "met": lo >= goal}
 
 
+def _threads(row: dict[str, Any]) -> int:
+    """The thread count a threads row's shape names (", 16 threads")."""
+    return int(row["shape"].rsplit(",", 1)[1].split()[0])
+
+
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The performance targets (issue #13, which raised issue #5's; the mixed-precision rows: issue
     #14; per call, import and the gather peer: issue #5), each with what this run measured and
@@ -29,7 +34,10 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         return r["kernel"] == "attention_flash" and r["dtype"] == "F32" and r["peer"] == "torch SDPA"
 
     def math_in_t(dtype: str) -> Callable[[dict[str, Any]], bool]:
-        return lambda r: r["dtype"] == dtype and str(r["peer"]).startswith("fuel_cy")
+        # the founding kernels on half types against their own float32 call (the mixed kernels'
+        # rows against that call are the float32-math targets below)
+        return lambda r: (r["dtype"] == dtype and str(r["peer"]).startswith("fuel_cy")
+                          and r["kernel"].startswith("attention_") and not r["kernel"].endswith("_mixed"))
 
     big = [r["pct_gemm"] for r in rows if flash(r) and r["shape"] == "B=1 H=8 S=4096 D=128"]
     threads = [r for r in rows if r["peer"] == "fuel_cy 1 thread"]
@@ -39,10 +47,11 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         check("flash f32 >= 1.2x torch SDPA, non-causal points",
               ratios(lambda r: flash(r) and "causal" not in r["shape"]), 1.2),
         check("flash f32 >= 1.3x torch SDPA, causal points", ratios(lambda r: flash(r) and "causal" in r["shape"]), 1.3),
-        check("flash f32 >= 80% of the f32 GEMM rate, S=4096 D=128", big, 80.0, "{:.0f}%"),
-        check("flash f64 >= 1.0x torch SDPA f64", ratios(lambda r: r["kernel"] == "attention_flash" and r["dtype"] == "F64"), 1.0),
-        check("backward f32 >= 1.2x torch autograd backward (GQA included)",
-              ratios(lambda r: r["kernel"] == "attention_flash_backward" and r["dtype"] == "F32"), 1.2),
+        # issue #37: the GEMM limit, f64 at every point, the backward with GQA 4:1
+        check("flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128", big, 85.0, "{:.0f}%"),
+        check("flash f64 >= 1.1x torch SDPA f64", ratios(lambda r: r["kernel"] == "attention_flash" and r["dtype"] == "F64"), 1.1),
+        check("backward f32 >= 1.3x torch autograd backward (GQA included)",
+              ratios(lambda r: r["kernel"] == "attention_flash_backward" and r["dtype"] == "F32"), 1.3),
         check("paged decode >= 2x torch SDPA on contiguous K/V", ratios(lambda r: r["peer"] == "torch SDPA (contiguous K/V)"), 2.0),
         check("paged decode K+V read >= 70% of the copy rate",
               [r["pct_copy"] for r in rows if r.get("pct_copy") is not None and r["kernel"] == "attention_paged_naive"],
@@ -52,7 +61,10 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         check("bf16 math in T within 4x of f32 (ratio >= 0.25)", ratios(math_in_t("BF16")), 0.25),
         check(f"f16 math in T within {f16_x}x of f32 (ratio >= {1 / f16_x:.2f}; 2x on AVX512-FP16 CPUs, else 4x)",
               ratios(math_in_t("F16")), 1 / f16_x),
-        check("1 -> all threads >= 1.8x at S=4096", [r["ratio"] for r in threads if "S=4096" in r["shape"]], 1.8),
+        check("1 -> 2 threads >= 1.9x at S=4096", [r["ratio"] for r in threads if "S=4096" in r["shape"]
+                                                   and _threads(r) == 2], 1.9),
+        check("1 -> all threads, more than 2: parallel efficiency >= 0.8 at S=4096",
+              [r["ratio"] / _threads(r) for r in threads if "S=4096" in r["shape"] and _threads(r) > 2], 0.8),
     ]
     def mixed(kernel: str, mode: Any = None, dtype: Any = None) -> Callable[[dict[str, Any]], bool]:
         return lambda r: (r["kernel"] == kernel and str(r["peer"]).startswith("torch") and r.get("mode") == mode
