@@ -189,6 +189,35 @@ def test_copy_buttons_copy_code_that_runs(browser, server, page):
         assert r.returncode == 0, r.stderr[-2000:]
 
 
+# ... and each shell-session (`console`) block's
+COPIED_COMMANDS = """
+const out = [];
+for (const b of document.querySelectorAll('article [data-clipboard-target]')) {
+  const code = document.querySelector(b.getAttribute('data-clipboard-target'));
+  if (!code || !code.querySelector('span.gp') || !/^[$] /m.test(code.textContent)) continue;
+  b.click();
+  out.push([code.textContent, b.getAttribute('data-copied')]);
+}
+return out;"""
+
+
+def test_copy_buttons_of_shell_sessions_copy_the_commands_only(browser, server):
+    """A `console` block's copy button gives its `$ ` lines without the prompt, output dropped:
+    each line is a `fuel-cy` command the CLI has."""
+    from fuel_cy.cli import build_parser
+
+    commands = set(build_parser()._subparsers._group_actions[0].choices)
+    _open(browser, f"{server}/cli/")
+    copied = browser.execute_script(COPIED_COMMANDS)
+    assert copied
+    for shown, text in copied:
+        assert text is not None, shown
+        lines = text.rstrip("\n").split("\n")
+        assert lines == [line[2:] for line in shown.rstrip("\n").split("\n") if line.startswith("$ ")]
+        for line in lines:
+            assert line.split()[0] == "fuel-cy" and line.split()[1] in commands, line
+
+
 def test_a_kernel_pages_parameter_table_reads_on_a_phone(browser, server):
     """At 390 px each parameter is a block: its description starts at the left of the text column
     and has most of the screen's width, and no cell runs past the screen's edge."""
@@ -495,6 +524,20 @@ def test_user_pages_show_no_internal_words(site):
     assert not found, found
 
 
+def test_kernel_sections_of_the_navigation_are_named_for_what_the_kernels_do(site):
+    """Each contract's kernels sit under the name python-api.yaml gives them (`contracts:`), not
+    the contract's provider id, and every contract has such a name."""
+    from fuel_cy.codegen.pydocs import contract_title, python_api
+
+    labels = re.findall(r'class="md-ellipsis">\s*([^<]*?)\s*<', (site / "index.html").read_text(encoding="utf-8"))
+    api = python_api(ROOT / "contracts")
+    for doc in load_contracts(ROOT / "contracts"):
+        title = contract_title(api, Path(doc.path).name)
+        assert title, f"contracts/python-api.yaml names no section for {Path(doc.path).name}"
+        assert html.unescape(title) in [html.unescape(label) for label in labels], title
+        assert doc.provider.name not in labels or doc.provider.name == "fuel_cy", doc.provider.name
+
+
 def test_every_install_line_names_what_the_checkout_declares():
     """Each `pip install` on the user pages installs the checkout (`.`, `-e .`) with extras that
     pyproject.toml declares, and each `fuel-cy` command is one the CLI has: so they work as
@@ -507,7 +550,8 @@ def test_every_install_line_names_what_the_checkout_declares():
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
     commands = set(build_parser()._subparsers._group_actions[0].choices)
     seen = 0
-    for page in sorted((ROOT / "site").glob("*.md")) + [ROOT / "README.md"]:
+    # (the Changelog page renders CHANGELOG.md)
+    for page in sorted((ROOT / "site").glob("*.md")) + [ROOT / "README.md", ROOT / "CHANGELOG.md"]:
         text = page.read_text(encoding="utf-8")
         for spec in re.findall(r"pip install (?:-q )?(?:-e )?['\"]?([^\s'\"`)]+)", text):
             if spec.startswith(("torch==", "transformers", "chromium", "$")):

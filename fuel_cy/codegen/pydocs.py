@@ -44,6 +44,12 @@ def python_api(contracts_dir: Path) -> dict[str, Any]:
     return _API_CACHE[key]
 
 
+def contract_title(api: dict[str, Any], file_name: str) -> Optional[str]:
+    """What python-api.yaml calls a contract's group of kernels (`contracts.<file name>`), or None."""
+    title = (api.get("contracts") or {}).get(file_name)
+    return str(title) if title else None
+
+
 def api_default(api: dict[str, Any], kernel: str, param: str) -> Optional[tuple[Any, int]]:
     """fuel_cy's default for a kernel's param as python-api.yaml writes it (the kernel's own
     entry first, then the shared one) with its line, or None when it gives none."""

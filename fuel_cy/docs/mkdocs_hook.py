@@ -44,6 +44,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 
 def on_config(config):
+    from fuel_cy.codegen.pydocs import contract_title, python_api
     from fuel_cy.contract import load_contracts
     from fuel_cy.contract.loader import FUSED_OPS_FILE, parse_fused_ops
 
@@ -57,7 +58,10 @@ def on_config(config):
                for k in doc.kernels]
         return min((i for i in ids if i is not None), default=1 << 30)
 
-    groups = [{d.provider.name or d.path: [{k.name: f"kernels/{k.name}.md"} for k in d.kernels]}
+    # (sections named for what their kernels do: python-api.yaml's `contracts`, else the provider)
+    api = python_api(ROOT / "contracts")
+    groups = [{contract_title(api, Path(d.path).name) or d.provider.name or d.path:
+               [{k.name: f"kernels/{k.name}.md"} for k in d.kernels]}
               for d in sorted(load_contracts(ROOT / "contracts"), key=first_id)]
     for i, entry in enumerate(config["nav"] or []):
         if isinstance(entry, dict) and entry.get("Kernels") == "kernels/index.md":

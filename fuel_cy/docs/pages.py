@@ -20,7 +20,7 @@ from ..contract import expr
 from ..contract.model import Kernel, offsets_target
 from ..dtypes import DTYPES
 from ..codegen.generate import Layout, environment, views
-from ..codegen.pydocs import NUMPY_NAMES, dtype_words, signature_lines
+from ..codegen.pydocs import NUMPY_NAMES, contract_title, dtype_words, python_api, signature_lines
 from ..codegen.view import LAYOUT_ORDER, KernelView
 
 # the example of every kernel page (its code runs in tests/test_docs_examples.py, so keep it fast)
@@ -271,15 +271,16 @@ def _recorded_speed(root: Path) -> list[tuple[str, dict]]:
 
 
 def _speed_rows(name: str, recorded: list[tuple[str, dict]]) -> tuple[SpeedRow, ...]:
-    """Per CPU and per (dtype, P V mode) of float32 or bf16: the smallest and the largest shape
-    measured for this kernel, against torch."""
-    groups: dict[tuple[str, str, Any], list[dict]] = {}
+    """Per CPU, per (dtype, P V mode) of float32 or bf16 and per torch peer: the smallest and the
+    largest shape measured for this kernel against that peer (two shapes against one peer, so
+    the pair reads as a trend)."""
+    groups: dict[tuple[str, str, Any, str], list[dict]] = {}
     for cpu, r in recorded:
         if (BENCH_KERNEL.get(r["kernel"], r["kernel"]) == name and r["dtype"] in ("F32", "BF16")
                 and not str(r["shape"]).startswith("per call")):
-            groups.setdefault((cpu, r["dtype"], r.get("mode")), []).append(r)
+            groups.setdefault((cpu, r["dtype"], r.get("mode"), str(r["peer"])), []).append(r)
     rows = []
-    for (cpu, dtype, mode), rs in groups.items():
+    for (cpu, dtype, mode, _peer), rs in groups.items():
         picked = [rs[0]] if len(rs) == 1 else [rs[0], rs[-1]]
         rows += [SpeedRow(cpu, dtype.lower() + (f" ({mode})" if mode else ""), r["shape"], f"{r['ms']:.2f}",
                           str(r["peer"]), f"{r['peer_ms']:.2f}", f"{r['ratio']:.2f}×") for r in picked]
@@ -489,9 +490,11 @@ def render_pages(root: Path) -> dict[str, str]:
     measured = _measured(root)
     recorded = _recorded_speed(root)
     contracts = []
+    api = python_api(layout.root / "contracts")
     for doc in v.docs:
         file = Path(doc.path).resolve().relative_to(layout.root.resolve()).as_posix()
-        contracts.append(ContractSection(file, doc.provider.name, doc.title, tuple(
+        title = contract_title(api, Path(doc.path).name) or doc.title
+        contracts.append(ContractSection(file, doc.provider.name, title, tuple(
             kernel_page(k, measured, recorded) for k in v.kernels if k.contract == file)))
     kernels = sorted((p for c in contracts for p in c.kernels), key=lambda p: kernel_order(p.view))
     contracts.sort(key=lambda c: min((kernel_order(p.view) for p in c.kernels), default=(1 << 30,)))

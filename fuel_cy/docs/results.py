@@ -245,7 +245,9 @@ def dot_plot(plt, rows: list[dict[str, Any]], title: str, stamp: str, xlabel: st
     ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.grid(axis="x", color="#dddddd", lw=0.8, zorder=0)
     ax.grid(axis="y", color="#f0f0f0", lw=0.8, zorder=0)
-    ax.set_xlabel(xlabel)
+    # right-aligned under the axis: centred, a long label ran past the figure's right edge when
+    # long y labels pushed the axis right
+    ax.set_xlabel(xlabel, loc="right", multialignment="right")
     fig.suptitle(f"{title}\n{stamp}" + (f" · {' '.join(common)}" if common else ""), x=0.01, ha="left",
                  fontsize=FONT_PT, linespacing=1.5)
     fig.legend(handles=handles, loc="outside lower left", ncol=ncol, frameon=False, handletextpad=0.3,
@@ -330,13 +332,15 @@ def _ours_points(rows: list[dict]) -> list[dict[str, Any]]:
             label, series, marker = f"{short} {_compact(r['shape'])}", "2 threads vs 1", "P"
         elif dtype in ("BF16", "F16") and r.get("mode"):   # the mixed kernel's P-in-T mode vs attention_flash f32
             marker, dname = DTYPE_MARKERS[dtype]
+            marker = {"^": "<", "v": ">"}.get(marker, "X")   # not the math-in-T rows' shape
             label, series = f"{short} {_compact(r['shape'])}", f"{dname} {r['mode']} vs attention_flash float32"
         elif dtype in ("BF16", "F16"):
             marker, dname = DTYPE_MARKERS[dtype]
             label, series = f"{short} {_compact(r['shape'])}", f"{dname} vs float32 (same kernel)"
         else:
             label, series, marker = f"{short} {_compact(r['shape'])}", "naive vs flash (float32)", "o"
-        points.append({"label": label, "ratio": r["ratio"], "marker": marker, "series": series, "kind": "ours"})
+        points.append({"label": label, "ratio": r["ratio"], "marker": marker, "series": series, "kind": "ours",
+                       "ms": r.get("ms")})
     order = {"naive vs flash (float32)": 0, "bfloat16 vs float32 (same kernel)": 1,
              "float16 vs float32 (same kernel)": 1, "bfloat16 P in T vs attention_flash float32": 2,
              "float16 P in T vs attention_flash float32": 2, "2 threads vs 1": 3}
@@ -348,10 +352,11 @@ def _level_points(data: dict) -> list[dict[str, Any]]:
     points = []
     for i, lv in enumerate(data.get("levels", [])):
         for r in lv["rows"]:
-            points.append({"label": f"{r['kernel'].replace('attention_', '')} {_compact(r['shape'])}",
+            # a line per level and shape, so each point's milliseconds print clear of the others
+            points.append({"label": f"{lv['level']}: {r['kernel'].replace('attention_', '')} {_compact(r['shape'])}",
                            "ratio": r["ratio"], "marker": markers[i % len(markers)],
                            "series": f"{lv['level']} vs torch {str(lv.get('torch_capability', '')).lower()}",
-                           "kind": "peer"})
+                           "kind": "peer", "ms": r.get("ms")})
     return points
 
 
@@ -443,7 +448,7 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
                 for part, suffix, what in _dtype_parts(points):
                     img = f"{slug}-{key}{suffix}.png"
                     images[img] = dot_plot(plt, part, f"{title}: {names}{what}", stamp,
-                                           f"speed ratio = {peer} time / fuel_cy time (beside each point: fuel_cy's time)")
+                                           f"speed ratio = {peer} time / fuel_cy time\n(beside each point: fuel_cy's time)")
                     lines += [_image(img, f"{title}{what}: speed ratios of fuel_cy against PyTorch on {cpu}"), ""]
         ours = _ours_points(data["rows"])
         if ours:
@@ -454,7 +459,8 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
             if plt is not None:
                 img = f"{slug}-ours.png"
                 images[img] = dot_plot(plt, ours, "fuel_cy against fuel_cy", stamp,
-                                       "speed ratio = reference time / this kernel's time")
+                                       "speed ratio = reference time / this kernel's time\n"
+                                       "(beside each point: this kernel's time)")
                 lines += [_image(img, f"fuel_cy kernels against each other on {cpu}"), "",
                           _compact_note([r["shape"] for r in data["rows"] if peer_kind(r.get("peer")) == "ours"]), ""]
         judged = targets(data)
@@ -529,7 +535,7 @@ def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], na
         img = f"{slug}-levels.png"
         images[img] = dot_plot(plt, points, "Each CPU level against PyTorch at the same level",
                                _plot_stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit),
-                               "speed ratio = PyTorch time / fuel_cy time")
+                               "speed ratio = PyTorch time / fuel_cy time\n(beside each point: fuel_cy's time)")
         lines += [_image(img, f"fuel_cy against PyTorch at each CPU level on {cpu}"), "",
                   _compact_note([r["shape"] for lv in data["levels"] for r in lv["rows"]]), ""]
     rows = []

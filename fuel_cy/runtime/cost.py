@@ -18,7 +18,28 @@ from .registry import registry
 class CostReport:
     """What one call of a kernel costs, from its contract's cost formulas at the call's shapes
     (`fuel_cy.cost`): floating-point operations, bytes moved and the memory it allocates, and,
-    when `fuel-cy calibrate` has fitted this machine, the predicted time in nanoseconds."""
+    when `fuel-cy calibrate` has fitted this machine, the predicted time in nanoseconds.
+
+    Attributes
+    ----------
+    kernel : str
+        The kernel costed, e.g. `"attention_flash"`.
+    dtype : str
+        The element type of the call, as the contract names it (`"F32"`, `"BF16"`, ...).
+    flops : float
+        Floating-point operations of the call (the contract's `cost.flops` formula).
+    bytes_moved : float
+        Bytes read and written (the contract's `cost.bytes_moved`).
+    host_bytes : float
+        Host memory the call allocates for what it returns (the contract's `memory.host_bytes`).
+    device_bytes : float
+        Accelerator memory (`memory.device_bytes`): 0 for every CPU kernel's contract.
+    disk_bytes : float
+        Disk bytes (`memory.disk_bytes`): 0 for every kernel's contract.
+    predicted_ns : float or None
+        The call's time in nanoseconds by this machine's fitted time model; None until
+        `fuel-cy calibrate` has run.
+    """
 
     kernel: str
     dtype: str

@@ -13,7 +13,20 @@ from .registry import FUSED_OPS, KernelEntry, registry
 
 @dataclass(frozen=True)
 class Plan:
-    """What dispatch will run: the kernel, the output it returns, and the copies it inserts."""
+    """What dispatch will run: the kernel, the output it returns, and the copies it inserts.
+
+    Attributes
+    ----------
+    fused_op : str
+        The fused op asked for, by name (`"FLASH_ATTN"`).
+    kernel : str
+        The kernel that serves it (`"attention_naive"`, or the `impl=` asked for).
+    output : str or None
+        For the single-gradient ops (`FLASH_ATTN_BACKWARD_Q`, `_K`, `_V`): which output of the
+        backward bundle is returned; None otherwise.
+    copies : tuple of (str, int)
+        Each input dispatch makes C-contiguous first, with the bytes of that copy.
+    """
 
     fused_op: str
     kernel: str
