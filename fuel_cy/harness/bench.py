@@ -138,8 +138,14 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
             rows.append(_row("attention_flash", "F32", shape, t_ours * 1e3, flops, gemm=gemm))
         if s <= 2048:
             progress(f"naive f32 {shape}")
-            t_naive, t_flash = interleaved([lambda: fuel_cy.attention_naive(q, k, v, causal=causal), ours], reps=3)
+            naive = [lambda: fuel_cy.attention_naive(q, k, v, causal=causal), ours]
+            if torch is not None:   # the peer that also materializes the scores: torch's math SDPA
+                naive.append(lambda: _sdpa_math(torch, tq, tk, tv, causal))
+            t_naive, t_flash, *t_math = interleaved(naive, reps=3)
             rows.append(_row("attention_naive", "F32", shape, t_naive * 1e3, flops, "fuel_cy flash f32", t_flash * 1e3, gemm))
+            if t_math:
+                rows.append(_row("attention_naive", "F32", shape, t_naive * 1e3, flops, "torch SDPA math",
+                                 t_math[0] * 1e3))
         q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
         progress(f"forward f64 {shape}")
         ours64 = lambda: fuel_cy.attention_flash(q64, k64, v64, causal=causal)  # noqa: E731
@@ -168,6 +174,14 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
         progress("peak RSS of attention_flash at S=32768 (subprocess)")
         result["flash_32k_rss"] = flash_32k_rss()
     return result
+
+
+def _sdpa_math(torch, q, k, v, causal):
+    """torch SDPA on its math backend: the scores materialized, as attention_naive computes them."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
 def _backward_rows(torch, rng, quick, progress):
@@ -377,6 +391,27 @@ def _varlen_rows(torch, rng, quick, progress):
         t_ours, t_seq, t_pad = interleaved([ours, per_sequence, padded_batch], reps=3 if quick else REPS)
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA per sequence", t_seq * 1e3))
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops, "torch SDPA padded + mask", t_pad * 1e3))
+        # the backward against torch's autograd backward of SDPA called per sequence (the forward
+        # outside the timing on both sides: torch's saved for its backward, ours recomputed inside)
+        progress(f"varlen backward {code} {shape}")
+        do = torch.randn(int(cu[-1]), h, d, generator=torch.Generator().manual_seed(9)).to(tdt)
+        do_a = fuel_cy_numpy(do)
+        graphs = []
+        for b in range(len(lens)):
+            leaves = [s.clone().requires_grad_() for s in seqs[b]]
+            out = sdpa(*leaves, is_causal=True)
+            graphs.append((out, leaves, do[cu[b]:cu[b + 1]].transpose(0, 1).unsqueeze(0).contiguous()))
+
+        def ours_bwd():
+            fuel_cy.attention_varlen_backward(*arrays, do_a, cu, cu, causal=True)
+
+        def peer_bwd():
+            for out, leaves, g in graphs:
+                torch.autograd.grad(out, leaves, g, retain_graph=True)
+
+        t_ours, t_peer = interleaved([ours_bwd, peer_bwd], reps=3 if quick else REPS)
+        rows.append(_row("attention_varlen_backward", code, shape, t_ours * 1e3, 2.5 * flops,
+                         "torch SDPA autograd bwd per sequence", t_peer * 1e3))
     return rows
 
 
@@ -480,6 +515,23 @@ def _sdpa_rows(torch, rng, quick, progress):
                              "torch SDPA same mask", t_peer * 1e3))
             rows.append(_row("scaled_dot_product_attention", code, f"B={b} H={h} L=S={n} D={d}, no mask",
                              t_un * 1e3, flops * d, f"fuel_cy {flash.__name__}", t_plain * 1e3))
+            # the backward with the same mask against torch's autograd backward (its forward
+            # outside the timing; ours recomputes it inside)
+            progress(f"masked backward {code} {shape}")
+            do = torch.randn(b, h, n, d, generator=torch.Generator().manual_seed(9)).to(tdt)
+            do_a = fuel_cy_numpy(do)
+            leaves = [t.clone().requires_grad_() for t in x]
+            out = sdpa(*leaves, attn_mask=mask_t)
+
+            def ours_bwd():
+                fuel_cy.attention_masked_backward(*arrays, do_a, attn_mask=mask)
+
+            def peer_bwd():
+                torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+            t_ours, t_peer = interleaved([ours_bwd, peer_bwd], reps=3 if quick else REPS)
+            rows.append(_row("attention_masked_backward", code, shape, t_ours * 1e3, 2.5 * flops * d,
+                             "torch SDPA autograd bwd same mask", t_peer * 1e3))
     return rows
 
 
