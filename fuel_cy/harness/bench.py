@@ -306,42 +306,44 @@ def _mixed_rows(torch, rng, quick, progress, copy_rate):
                              t_peer * 1e3, mode="P in T"))
             rows.append(_row("attention_flash_mixed", code, shape, t_fast * 1e3, flops, "fuel_cy attention_flash f32",
                              t_f32 * 1e3, mode="P in T"))
-    s, d = (512, 64) if quick else (1024, 64)
-    shape = f"B=1 H=8 S={s} D={d}"
-    base = [rng.standard_normal((1, 8, s, d), dtype=np.float32) for _ in range(4)]
-    for code, npdt, tdt in types:
-        q, k, v, do = (x.astype(npdt) for x in base)
-        tq, tk, tv = (torch.from_numpy(x).to(tdt).requires_grad_() for x in base[:3])
-        tdo = torch.from_numpy(base[3]).to(tdt)
-        out = sdpa(tq, tk, tv)
-        progress(f"mixed backward {code} {shape}")
-        t_ours, t_fast, t_peer = interleaved(
-            [lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do),
-             lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do, round_p=True),
-             lambda: torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)], reps=3)
-        rows.append(_row("attention_flash_backward_mixed", code, shape, t_ours * 1e3, 10 * 8 * s * s * d,
-                         f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3))
-        rows.append(_row("attention_flash_backward_mixed", code, shape, t_fast * 1e3, 10 * 8 * s * s * d,
-                         f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3, mode="P in T"))
-    b, hq, hkv, d, bs, ctx = 16, 32, 8, 128, 16, (1024 if quick else 2048)
-    nblk = b * ctx // bs
-    pool = [rng.standard_normal((nblk, bs, hkv, d), dtype=np.float32) for _ in range(2)]
-    table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
-    lens = np.full(b, ctx, np.uint32)
-    q32 = rng.standard_normal((b, hq, 1, d), dtype=np.float32)
-    shape = f"decode B={b} Hq={hq} Hkv={hkv} D={d} ctx={ctx} block={bs}"
-    for code, npdt, tdt in types:
-        kc, vc = (x.astype(npdt) for x in pool)
-        q = q32.astype(npdt)
-        tk, tv = (contiguous_kv(torch, x, table).to(tdt) for x in pool)
-        tq = torch.from_numpy(q32).to(tdt)
-        progress(f"mixed paged {code} {shape}")
-        t_ours, t_peer = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
-                                      lambda: sdpa(tq, tk, tv, enable_gqa=True)], reps=5)
-        kv_bytes = 2 * kc.nbytes
-        rows.append(_row("attention_paged_mixed", code, shape, t_ours * 1e3, 4 * b * hq * ctx * d,
-                         f"torch SDPA {code.lower()} (contiguous K/V)", t_peer * 1e3, kv_gbps=kv_bytes / t_ours / 1e9,
-                         pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+    for s, d in ([(512, 64)] if quick else [(1024, 64), (2048, 128)]):   # two shapes for the kernel's page
+        shape = f"B=1 H=8 S={s} D={d}"
+        base = [rng.standard_normal((1, 8, s, d), dtype=np.float32) for _ in range(4)]
+        for code, npdt, tdt in types:
+            q, k, v, do = (x.astype(npdt) for x in base)
+            tq, tk, tv = (torch.from_numpy(x).to(tdt).requires_grad_() for x in base[:3])
+            tdo = torch.from_numpy(base[3]).to(tdt)
+            out = sdpa(tq, tk, tv)
+            progress(f"mixed backward {code} {shape}")
+            t_ours, t_fast, t_peer = interleaved(
+                [lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do),
+                 lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do, round_p=True),
+                 lambda: torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)], reps=3)
+            rows.append(_row("attention_flash_backward_mixed", code, shape, t_ours * 1e3, 10 * 8 * s * s * d,
+                             f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3))
+            rows.append(_row("attention_flash_backward_mixed", code, shape, t_fast * 1e3, 10 * 8 * s * s * d,
+                             f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3, mode="P in T"))
+    b, hq, hkv, d, bs = 16, 32, 8, 128, 16
+    for ctx in ((1024,) if quick else (2048, 8192)):
+        nblk = b * ctx // bs
+        pool = [rng.standard_normal((nblk, bs, hkv, d), dtype=np.float32) for _ in range(2)]
+        table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
+        lens = np.full(b, ctx, np.uint32)
+        q32 = rng.standard_normal((b, hq, 1, d), dtype=np.float32)
+        shape = f"decode B={b} Hq={hq} Hkv={hkv} D={d} ctx={ctx} block={bs}"
+        for code, npdt, tdt in types:
+            kc, vc = (x.astype(npdt) for x in pool)
+            q = q32.astype(npdt)
+            tk, tv = (contiguous_kv(torch, x, table).to(tdt) for x in pool)
+            tq = torch.from_numpy(q32).to(tdt)
+            progress(f"mixed paged {code} {shape}")
+            t_ours, t_peer = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
+                                          lambda: sdpa(tq, tk, tv, enable_gqa=True)], reps=5)
+            kv_bytes = 2 * kc.nbytes
+            rows.append(_row("attention_paged_mixed", code, shape, t_ours * 1e3, 4 * b * hq * ctx * d,
+                             f"torch SDPA {code.lower()} (contiguous K/V)", t_peer * 1e3,
+                             kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+            del kc, vc, tk, tv
     return rows
 
 
