@@ -485,3 +485,23 @@ def test_a_pool_of_one_repeated_block_is_copied_not_misread():
     out = fuel_cy.attention_varlen(q, one, vone, cu_q, cu_k, block_table=table)
     assert bits(out) == bits(fuel_cy.attention_varlen(q, np.ascontiguousarray(one), np.ascontiguousarray(vone),
                                                       cu_q, cu_k, block_table=table))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+def test_decode_steps_over_long_contexts(dtype):
+    """Decode steps (one query) over contexts longer than the keys whose dots a step computes in
+    one run (2048 at most, fewer with more query heads per kv head), with a left window that
+    starts mid-run and ends past it: right against float64, the same bits from a paged pool as
+    from packed keys, and with GQA the bits of each head alone (K and V repeated per head)."""
+    hq, hkv, d = 8, 2, 64
+    lens_k = [5000, 2048, 2049, 130, 4097]
+    q, k, v, cu_q, cu_k = packed([1] * len(lens_k), lens_k, hq, hkv, d, dtype, seed=31)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, seed=31)
+    krep, vrep = (np.ascontiguousarray(np.repeat(x, hq // hkv, axis=1)) for x in (k, v))
+    for kw in ({"causal": True}, {"window_size_left": 2500, "softcap": 5.0}, {"window_size_left": 100}):
+        out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, **kw)
+        expected = reference(q, k, v, cu_q, cu_k, None, kw.get("causal", False), kw.get("window_size_left"),
+                             None, kw.get("softcap"))
+        assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], d, max(lens_k), compute="f32"), kw
+        assert bits(fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, **kw)) == bits(out), kw
+        assert bits(fuel_cy.attention_varlen(q, krep, vrep, cu_q, cu_k, **kw)) == bits(out), kw

@@ -12,6 +12,8 @@ cdef enum:
     BR_NAIVE = 16     # query rows per naive/paged task (score rows materialized together)
 cdef enum:
     BR_BWD = 64       # query rows per backward step, at most (fc_bwd_rows: fc_uarch.h)
+cdef enum:
+    BC_DECODE = 2048  # keys whose dots a decode step computes at once, at most (flash_task)
 
 cdef struct Layout:
     # where row s of head h of batch item b of a [B, H, S, D] operand starts: b * sb + h * sh + s * ss
@@ -213,7 +215,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef Py_ssize_t rh[BR_FLASH]   # each row's query head and position
     cdef Py_ssize_t rp[BR_FLASH]
     cdef Py_ssize_t ifirst
-    cdef Py_ssize_t nr, nr4, t, j0, nc, r, jj, d, kend, cls
+    cdef Py_ssize_t nr, nr4, t, j0, nc, r, jj, d, kend, cls, lds, toff, wbase, wend, nw
     cdef real_t* Qs = buf
     cdef real_t* S = Qs + BR_FLASH * D
     cdef real_t* O = S + BR_FLASH * BC
@@ -223,12 +225,12 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef Py_ssize_t D2 = (D + 1) // 2
     cdef unsigned int* Pp = Qp + BR_FLASH * D2              # BR_FLASH * BC / 2: P as bf16 pairs
     cdef const unsigned int* vtile
-    cdef real_t* rows[BC]
+    cdef real_t* rows[BC_DECODE]
     cdef real_t* srow
     cdef real_t* orow
     cdef real_t* vbase = v + row_offset(&sh.lv, kvh, 0) if o.v16 == NULL and v != NULL else NULL
     # with o.k16 / o.v16 (float32 compute, 16-bit K and V read in place), their rows there
-    cdef const unsigned short* rows16[BC]
+    cdef const unsigned short* rows16[BC_DECODE]
     cdef const unsigned short* krow16 = o.k16 + row_offset(&sh.lk, kvh, 0) if o.k16 != NULL else NULL
     cdef const unsigned short* vrow16 = o.v16 + row_offset(&sh.lv, kvh, 0) if o.v16 != NULL else NULL
     cdef Py_ssize_t ldv = sh.lv.ss
@@ -299,6 +301,17 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         m[r] = -INFINITY
         l[r] = 0
     kend = o.k_len if o.k_len < Sk else Sk
+    # A decode step reads K's and V's rows where they lie (krow0, krow16): its few rows take the
+    # dots of as many keys as the score buffer holds (BR_FLASH * BC scores, lds apart) in one
+    # pass, from the first tile it attends, and P V reads V's rows of that run in key groups with
+    # the prefetch running past the tiles' edges.  The softmax still steps 128-key tile by tile,
+    # with the same dots and the same sums: the bits of tile-by-tile steps, in longer runs.
+    lds = BC
+    if krow0 != NULL or krow16 != NULL:
+        lds = (BR_FLASH // nr4) * BC
+        if lds > BC_DECODE:
+            lds = BC_DECODE
+    toff = wbase = wend = 0   # the tile's first column in S; the run of keys whose dots S holds
     for t in range(ntiles):
         j0 = t * BC
         if j0 >= kend:
@@ -332,7 +345,29 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
         if rnd_t is RoundNone and plain and cls == 1 and ilast + o.shift + 1 - j0 < nc:
             nc = ilast + o.shift + 1 - j0
-        if kpp != NULL:
+        if lds != BC:   # a decode step: this tile's dots are in S already, or the run starts here
+            if j0 >= wend:
+                wbase = j0
+                nw = kend - j0 if kend - j0 < lds else lds
+                wend = j0 + nw
+                if krow16 != NULL:
+                    for jj in range(nw):
+                        rows16[jj] = krow16 + key_row(o, j0 + jj) * sh.lk.ss
+                    if rnd_t is RoundNone and real_t is float:
+                        fc_rowdots_heads_h16(Qs, 1, nr4, D, rows16, nw, nw, S, lds, o.is_f16)
+                    for jj in range(nw):   # (V's rows for P V from here on)
+                        rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
+                else:
+                    for jj in range(nw):
+                        rows[jj] = krow0 + key_row(o, j0 + jj) * sh.lk.ss
+                    if real_t is float:
+                        fc_rowdots_heads_f32(Qs, 1, nr4, D, <float**>rows, nw, nw, S, lds)
+                    else:
+                        fc_rowdots_heads_f64(Qs, 1, nr4, D, <double**>rows, nw, nw, S, lds)
+                    for jj in range(nw):
+                        rows[jj] = vbase + key_row(o, j0 + jj) * ldv
+            toff = j0 - wbase
+        elif kpp != NULL:
             if rnd_t is RoundNone and real_t is float:
                 fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
         elif krow16 != NULL:
@@ -350,7 +385,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         else:
             qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC, nc)
         for r in range(nr):
-            srow = S + r * BC
+            srow = S + r * lds + toff
             nrow = nc
             if plain and cls == 1:
                 nrow = rp[r] + o.shift + 1 - j0
@@ -394,7 +429,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 if live[r]:
                     l[r] = R(tag, R(tag, l[r] * alphas[r]) + totals[r])
         for r in range(nr, nr4):
-            zero(S + r * BC, nc)
+            zero(S + r * lds + toff, nc)
+        if lds != BC:   # V's rows of the run, from this tile's (prefetched up to the run's end)
+            if rnd_t is RoundNone and real_t is float:
+                if vrow16 != NULL:
+                    fc_pv_heads_h16(S + toff, lds, 1, nr4, nc, wend - j0, rows16 + toff, D, O, D, o.is_f16)
+                else:
+                    fc_pv_heads_f32(S + toff, lds, 1, nr4, nc, wend - j0, <float**>rows + toff, D, O, D)
+            elif rnd_t is RoundNone:
+                fc_pv_heads_f64(S + toff, lds, 1, nr4, nc, wend - j0, <double**>rows + toff, D, O, D)
+            continue
         if vrow16 != NULL:
             for jj in range(nc):
                 rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
