@@ -405,9 +405,10 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     they lie, laid out as `strides` says (k and v are then NULL; AttnOpts.k16).  ktable, kbs: a
     decode step's keys through a paged pool's table row (AttnOpts.ktable; the rows `strides` steps
     by are the pool's).  round_p: AttnOpts.round_p (_round_p; float32 compute only).  q_h16,
-    k_h16, v_h16, out_h16 (the float32-compute flash on bf16/f16 inputs, is_f16, Sq > 1,
-    C-contiguous): q and k read in their 16-bit storage (paired, or widened as K is packed) and
-    the output written rounded to T (q, k, out then NULL): no widened copies; v_h16 (v then NULL)
+    k_h16, v_h16, out_h16 (the float32-compute flash on bf16/f16 inputs, is_f16, Sq > 1): q and
+    k read in their 16-bit storage (paired, or widened as K is packed) and the output written
+    rounded to T (q, k, out then NULL; q and out C-contiguous): no widened copies; k_h16 alone
+    (k NULL; laid out as `strides` says) with a float32 q and out, as varlen's sequences; v_h16 (v then NULL)
     only where V's bf16 pairs are all the P V reads (round_p on vdpbf16ps, _pairs16_v)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
@@ -417,11 +418,12 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         raise ValueError("fuel_cy core: a paged pool is read by the float32/float64-policy decode only")
     if naive and strides != NULL:
         raise ValueError("fuel_cy core: the naive forward reads C-contiguous operands only")
-    if ((q_h16 != NULL) != (k_h16 != NULL) or (q_h16 != NULL) != (out_h16 != NULL)
-            or (q_h16 != NULL and (real_t is not float or rnd_t is not RoundNone or naive or sh.Sq == 1
-                                   or k16 != NULL or strides != NULL or q != NULL or k != NULL or out != NULL))
-            or (v_h16 != NULL and (q_h16 == NULL or v != NULL or not bf16_pairs or not _pairs16_v(round_p)))
-            or (q_h16 != NULL and v_h16 == NULL and v == NULL)):
+    if ((q_h16 != NULL and k_h16 == NULL) or (q_h16 != NULL) != (out_h16 != NULL)
+            or (k_h16 != NULL and (real_t is not float or rnd_t is not RoundNone or naive or sh.Sq == 1
+                                   or k16 != NULL or k != NULL))
+            or (q_h16 != NULL and (strides != NULL or q != NULL or out != NULL))
+            or (v_h16 != NULL and (k_h16 == NULL or v != NULL or not bf16_pairs or not _pairs16_v(round_p)))
+            or (k_h16 != NULL and v_h16 == NULL and v == NULL)):
         raise ValueError("fuel_cy core: bf16 storage is read in place by the bf16-pairs flash forward only")
     _layouts(&sh, strides)
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
@@ -653,6 +655,18 @@ cdef void _gather_rows(const real_t* x, const unsigned short* x16, int is_f16, c
                 memcpy(out + (h * n + i) * D, x + r * sr + h * sh, D * sizeof(real_t))
 
 
+cdef void _gather_rows16(const unsigned short* x16, const unsigned int* table, Py_ssize_t bs, Py_ssize_t row0,
+                         Py_ssize_t n, Py_ssize_t H, Py_ssize_t D, Py_ssize_t sr, Py_ssize_t sh,
+                         unsigned short* out, int nthreads) noexcept nogil:
+    """_gather_rows of 16-bit storage into 16-bit [H, n, D], not widened: half the bytes written,
+    and the flash packs K (and V's bf16 pairs) from it as from any bf16/f16 array."""
+    cdef Py_ssize_t h, i, r
+    for i in prange(n, schedule='static', num_threads=nthreads):
+        r = <Py_ssize_t>table[i // bs] * bs + i % bs if table != NULL else row0 + i
+        for h in range(H):
+            memcpy(out + (h * n + i) * D, x16 + r * sr + h * sh, D * sizeof(unsigned short))
+
+
 cdef void _scatter_rows(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize_t H, Py_ssize_t D,
                         real_t* out, int nthreads) noexcept nogil:
     """_gather_rows undone for a packed C-contiguous [rows, H, D] array: x [H, n, D] written to
@@ -736,7 +750,8 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     NULL); lse, when not NULL, [Hq, Tq] float32 set to +inf, gets each row's log-sum-exp.  k16,
     v16 (k, v NULL): bf16/f16 storage (is_f16).  Each sequence runs the flash forward on its q
     and out rows where they lie, as [1, H, l, D] operands whose heads are D elements apart and rows
-    H * D; float packed k rows too, v (and paged or 16-bit k) rows gathered (the validators checked
+    H * D; float packed k rows too, v (and paged or 16-bit k) rows gathered, 16-bit ones kept in
+    their storage where the flash packs them from it (the validators checked
     the offsets, lengths and block ids: every row read lies in the arrays).  rs: the element strides
     of a row and of a head of q, k and v (q's rows are its first axis, k's and v's their rows of
     blocks, found affine by the entry); out is C-contiguous."""
@@ -753,6 +768,8 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     cdef bint k_in_place = table == NULL and k16 == NULL
     cdef const unsigned int* trow
     cdef real_t* kg
+    cdef const unsigned short* k_h
+    cdef const unsigned short* v_h
     dt = _np.float32 if real_t is float else _np.float64
     cdef Py_ssize_t qr = rs[0], qh = rs[1], kr = rs[2], kh = rs[3], vr = rs[4], vh = rs[5]
     # the decode steps (sequences of one query) first, all in one task list
@@ -769,12 +786,31 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
         trow = table + b * mbs if table != NULL else NULL
-        vb = _temp("varlen:v", (Hkv * lk * D,), dt)
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
-        with nogil:
-            _gather_rows(v, v16, is_f16, trow, BS, k0, lk, Hkv, D, vr, vh,
-                         <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
-        if k_in_place:
+        # bf16/f16 keys gathered in their storage, and V too where the P V reads its bf16 pairs
+        # only: the flash packs Kᵀ (or K's pairs) from them as from any 16-bit array, the same
+        # values as from a widened copy, without writing and reading one
+        k_h = v_h = NULL
+        vb = None
+        if k16 != NULL and real_t is float and rnd_t is RoundNone:
+            kb16 = _temp("varlen:k16", (Hkv * lk * D,), _np.uint16)
+            k_h = <const unsigned short*>cnp.PyArray_DATA(<cnp.ndarray>kb16)
+            with nogil:
+                _gather_rows16(k16, trow, BS, k0, lk, Hkv, D, kr, kh, <unsigned short*>k_h, nt)
+            if bf16_pairs and _pairs16_v(round_p):
+                vb16 = _temp("varlen:v16", (Hkv * lk * D,), _np.uint16)
+                v_h = <const unsigned short*>cnp.PyArray_DATA(<cnp.ndarray>vb16)
+                with nogil:
+                    _gather_rows16(v16, trow, BS, k0, lk, Hkv, D, vr, vh, <unsigned short*>v_h, nt)
+        if v_h == NULL:
+            vb = _temp("varlen:v", (Hkv * lk * D,), dt)
+            with nogil:
+                _gather_rows(v, v16, is_f16, trow, BS, k0, lk, Hkv, D, vr, vh,
+                             <real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb), nt)
+        if k_h != NULL:
+            kg = NULL
+            strides[3:6] = [0, lk * D, D]
+        elif k_in_place:
             kg = <real_t*>(k + k0 * kr)
             strides[3:6] = [0, kh, kr]
         else:
@@ -786,11 +822,11 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
         strides[0:3] = [0, qh, qr]
         strides[6:9] = [0, lk * D, D]
         strides[9:12] = [0, D, Hq * D]
-        _forward(tag, q + q0 * qr, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb),
+        _forward(tag, q + q0 * qr, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb) if vb is not None else NULL,
                  slopes + b * slopes_ld if slopes != NULL else NULL,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
-                 NULL, NULL, 0, NULL, 0, round_p)
+                 NULL, NULL, is_f16, NULL, 0, round_p, NULL, k_h, v_h, NULL)
 
 
 cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
