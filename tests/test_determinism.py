@@ -136,9 +136,9 @@ def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
 
 
 def test_micro_architecture_choices_follow_the_vendor():
-    """fc_uarch.h, at AVX-512: AMD CPUs take 32 backward rows per step, the others (Intel,
-    measured 64 faster) 64; every CPU measured took the strided PV form and, at AVX-512, two
-    register blocks per A^T copy.  Below AVX-512 every CPU takes the strided PV form, 64 rows
+    """fc_uarch.h, at AVX-512: AMD CPUs take 32 backward rows per step (128 where all five
+    products run on vdpbf16ps), the others (Intel, measured 64 faster) 64; every CPU measured
+    took the strided PV form and, at AVX-512, two register blocks per A^T copy.  Below AVX-512 every CPU takes the strided PV form, 64 rows
     and one block."""
     from fuel_cy import _cpuid
 
@@ -147,6 +147,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     amd512 = avx512 and vendor == "AuthenticAMD"
     assert core()._test_pv_form() == "stride"
     assert core()._test_bwd_rows() == (32 if amd512 else 64)
+    assert core()._test_bwd_rows_pairs() == (128 if amd512 else 64)
     assert core()._test_tn_blocks() == (2 if avx512 else 1)
 
 

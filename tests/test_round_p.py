@@ -151,6 +151,27 @@ def test_backward_round_p_is_the_rounded_reference(tname, name, hq, hkv, s, d, c
             assert near_x and same_x >= 0.98, (form, wrt, same_x)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_backward_round_p_bits_do_not_depend_on_step_rows(causal):
+    """With all five products on vdpbf16ps, dV^T and dK^T add the query rows pair after pair in
+    order whatever rows a step holds (fc_uarch.h picks 128 on AMD, 64 elsewhere): steps of 16 to
+    128 rows, whole and ragged (300 rows), give the same bits, GQA included."""
+    c = core()
+    q, k, v, do, _ = attention_inputs(1, 4, 2, 300, 300, 72, BF16, False, seed=11, with_do=True)
+    saved = c._test_bwd_rows_pairs()
+    seen = []
+    try:
+        for rows in (16, 36, 64, 128):
+            assert c._test_bwd_rows_pairs(rows) == rows
+            seen.append(bits(fuel_cy.attention_flash_backward_mixed(q, k, v, do, causal=causal, round_p=True)))
+    finally:
+        c._test_bwd_rows_pairs(saved)
+    assert all(b == seen[0] for b in seen)
+    for bad in (0, 6, 132):
+        with pytest.raises(ValueError):
+            c._test_bwd_rows_pairs(bad)
+
+
 def test_backward_defaults_pair_with_the_forwards():
     """The model-facing backwards round by default, as their forwards; the mixed one does not."""
     q, k, v, do, _ = attention_inputs(1, 2, 1, 160, 160, 64, BF16, False, seed=9, with_do=True)

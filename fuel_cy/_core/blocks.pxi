@@ -58,6 +58,9 @@ cdef struct AttnOpts:
     # round_p (float32 compute on bf16/f16 inputs): each tile's P rounded to bf16 (1) or f16 (2)
     # before P V, after its row sums; 0: P stays float32
     int round_p
+    # query rows per backward step (at most BR_BWD): fc_uarch.h's choice for the call's products
+    # (_backward); the step's scratch is carved for this many rows
+    Py_ssize_t bwd_rows
     # the mixed flash reading Q in its bf16/f16 storage (is_f16; NULL: the widened q) and writing
     # each output row rounded to T there (NULL: the float32 out)
     const unsigned short* q16

@@ -302,6 +302,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.bias = NULL
     o.m_sb = o.m_sh = o.m_si = o.a_sb = o.a_sh = o.a_si = 0
     o.round_p = 0   # set by the half-type drivers (_round_p)
+    o.bwd_rows = 0  # set by _backward
     o.q16 = NULL
     o.out16 = NULL
     return o
@@ -600,7 +601,9 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
     cdef Py_ssize_t chunk = _kv_chunk(2 * per_head, sizeof(real_t), nkv_total)
-    cdef Py_ssize_t per_thread = 3 * BR_BWD * sh.D + 5 * BR_BWD * Skp + 2 * Skp * sh.D + 2 * BR_BWD * D2
+    o.bwd_rows = fc_bwd_rows_pairs if kv_pairs else fc_bwd_rows
+    cdef Py_ssize_t br = o.bwd_rows   # backward_task's scratch, carved for br rows per step
+    cdef Py_ssize_t per_thread = 3 * br * sh.D + 5 * br * Skp + 2 * Skp * sh.D + 2 * br * D2
     cdef int nt = <int>min(nthreads, chunk)
     # one buffer: packed K and V (or their bf16 pairs), then every thread's scratch, 64-byte aligned
     cdef Py_ssize_t packed = 0 if bf16_pairs else _up64(chunk * per_head * sizeof(real_t))

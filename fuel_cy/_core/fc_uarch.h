@@ -37,6 +37,14 @@ static int fc_pv_form = FC_PV_BY_STRIDE;
  * the same sum in the same order either way. */
 static int fc_bwd_rows = 64;
 
+/* The same where all five products of the step run on vdpbf16ps (round_p's bf16 backward, D even,
+ * no tiles): dV^T += dO^T P and dK^T += Q^T dS then contract over the step's rows in pairs, so a
+ * 32-row step adds only 16 pairs to each accumulator it reads and writes back, at twice the f32
+ * rate.  On Zen 4 128 rows were 1.16-1.36x faster than 32 (S=2048 D=128, S=1024 D=64, causal and
+ * not; 64 rows 1.07-1.09x) although a step's S and dP (2 MB at Sk = 2048) then outgrow L2; the
+ * f32 and exact-P steps stayed fastest at 32.  Intel keeps its 64 (unmeasured in this form). */
+static int fc_bwd_rows_pairs = 64;
+
 /* Register blocks of the backward's C += A^T B (fc_gemm_tn_*) that share one copy of their A^T
  * block.  With two, each row of A is read a whole 64-byte line at a time at AVX-512 (one 8-row
  * block's 32 bytes left the line's other half to be fetched again for the next block): the
@@ -112,6 +120,7 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_bf16_form = FC_HAVE_BF16_CVT && amd ? FC_BF16_FORM_VDPBF16PS : FC_BF16_FORM_VADDPS;
     fc_pv_form = FC_PV_BY_STRIDE;
     fc_bwd_rows = amd512 ? 32 : 64;
+    fc_bwd_rows_pairs = amd512 ? 128 : 64;
     fc_tn_blocks = FC_VBYTES == 64 ? 2 : 1;
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;

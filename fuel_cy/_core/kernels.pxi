@@ -11,7 +11,7 @@ cdef enum:
 cdef enum:
     BR_NAIVE = 16     # query rows per naive/paged task (score rows materialized together)
 cdef enum:
-    BR_BWD = 64       # query rows per backward step, at most (fc_bwd_rows: fc_uarch.h)
+    BR_BWD = 128      # query rows per backward step, at most (AttnOpts.bwd_rows; at most BC: rows[])
 cdef enum:
     BC_DECODE = 2048  # keys whose dots a decode step computes at once, at most (flash_task)
 
@@ -818,19 +818,20 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef Py_ssize_t kvh = kv0 + task
     cdef Py_ssize_t hk = kvh % sh.Hkv, b = kvh // sh.Hkv
     cdef Py_ssize_t g, h, qt, i0, nr, nr4, t, j0, nc, r, j, d, ka, kb, lo, hi, t0, t1, kofs, kend, n, n4
+    cdef Py_ssize_t br = o.bwd_rows   # rows per step (_backward carved buf for them)
     cdef real_t* Qs = buf
-    cdef real_t* dOs = Qs + BR_BWD * D
-    cdef real_t* dQa = dOs + BR_BWD * D
-    cdef real_t* S = dQa + BR_BWD * D
-    cdef real_t* dP = S + BR_BWD * Skp
-    cdef real_t* Tt = dP + BR_BWD * Skp
-    cdef real_t* Pt = Tt + BR_BWD * Skp
-    cdef real_t* dSt = Pt + BR_BWD * Skp
-    cdef real_t* dKa = dSt + BR_BWD * Skp
+    cdef real_t* dOs = Qs + br * D
+    cdef real_t* dQa = dOs + br * D
+    cdef real_t* S = dQa + br * D
+    cdef real_t* dP = S + br * Skp
+    cdef real_t* Tt = dP + br * Skp
+    cdef real_t* Pt = Tt + br * Skp
+    cdef real_t* dSt = Pt + br * Skp
+    cdef real_t* dKa = dSt + br * Skp
     cdef real_t* dVa = dKa + Skp * D
     cdef Py_ssize_t D2 = (D + 1) // 2
-    cdef unsigned int* Qp = <unsigned int*>(dVa + Skp * D)   # BR_BWD * D2 each: Q and dO as bf16 pairs
-    cdef unsigned int* dOp = Qp + BR_BWD * D2
+    cdef unsigned int* Qp = <unsigned int*>(dVa + Skp * D)   # br * D2 each: Q and dO as bf16 pairs
+    cdef unsigned int* dOp = Qp + br * D2
     cdef real_t* rows[BC]
     cdef real_t* kbase = k + (b * sh.Hkv + hk) * Sk * D
     cdef real_t* kth = ktp + task * ntiles * D * BC
@@ -844,7 +845,6 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef const unsigned char* mrow
     cdef const real_t* arow
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
-    cdef Py_ssize_t br = fc_bwd_rows   # rows per step; the buffers hold BR_BWD
     cdef bint tiles = kpp != NULL and fc_bf16_on_tiles()
     cdef bint rvec = kvp != NULL and not tiles   # round_p's vdpbf16ps products (D even: _backward)
     cdef int nterms = 1 if o.round_p else 3
@@ -963,8 +963,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     for j in range(n, n4):
                         S[r * Skp + j] = 0
                         dP[r * Skp + j] = 0
-                # Qp is free once the scores are done: it holds X's pairs (at most D * BR_BWD / 2
-                # words, within its BR_BWD * D2)
+                # Qp is free once the scores are done: it holds X's pairs (at most D * br / 2
+                # words, within its br * D2)
                 if real_t is float and tiles:
                     fc_tn_bf16t(S, Skp, nr, n4, dOs, D, D, dVa + kofs, Skp, Qp, nterms)
                     fc_tn_bf16t(dP, Skp, nr, n4, Qs, D, D, dKa + kofs, Skp, Qp, nterms)

@@ -53,6 +53,7 @@ cdef extern from "fc_simd.h" nogil:
 
     # fc_uarch.h: choices inside a level per micro-architecture
     int fc_bwd_rows   # query rows per backward step (at most BR_BWD)
+    int fc_bwd_rows_pairs   # the same where all five products run on vdpbf16ps
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
     # fc_amx.h: O += P V beside the bf16 scores (float32 loops, or tiles where the scores take them)

@@ -159,6 +159,18 @@ def _test_bwd_rows(rows=None):
         fc_bwd_rows = rows
     return fc_bwd_rows
 
+
+def _test_bwd_rows_pairs(rows=None):
+    """Testing hook: query rows per backward step where all five products run on vdpbf16ps
+    (fc_uarch.h fc_bwd_rows_pairs); with an argument (a multiple of 4, at most BR_BWD), switch to
+    it first."""
+    global fc_bwd_rows_pairs
+    if rows is not None:
+        if rows <= 0 or rows % 4 or rows > BR_BWD:
+            raise ValueError(rows)
+        fc_bwd_rows_pairs = rows
+    return fc_bwd_rows_pairs
+
 _SCORE_FORMS = {"vdpbf16ps": FC_SCORES_VDPBF16PS, "amx": FC_SCORES_AMX, "amx-emulated": FC_SCORES_AMX_EMULATED}
 
 
