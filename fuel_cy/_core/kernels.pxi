@@ -920,21 +920,21 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 delta = dot16(tag, srow, dprow, n)
                 if o.lse != NULL:   # the lse's gradient: d lse / d s_j = P_j joins dP_j (AttnOpts.lse)
                     delta = R(tag, delta - <real_t>o.lse[(b * sh.Hq + h) * o.lse_ld + i0 + r])
-                if cap == 0 and ds_row_c(tag, srow, dprow, n, delta):  # rounded: on vectors (fc_exp.h)
-                    continue
-                for j in range(n):
-                    ds = R(tag, srow[j] * R(tag, dprow[j] - delta))
-                    if cap != 0:
-                        ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
-                    dprow[j] = ds
+                if not (cap == 0 and ds_row_c(tag, srow, dprow, n, delta)):  # rounded: on vectors (fc_exp.h)
+                    for j in range(n):
+                        ds = R(tag, srow[j] * R(tag, dprow[j] - delta))
+                        if cap != 0:
+                            ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
+                        dprow[j] = ds
+                if rnd_t is RoundNone and real_t is float:
+                    # the row's P and dS rounded to T before the products they enter, while the
+                    # row is in L1 (rvec: as they are paired)
+                    if o.round_p and not rvec:
+                        fc_round_rows_half(srow, 0, 1, n, o.round_p == 2)
+                        fc_round_rows_half(dprow, 0, 1, n, o.round_p == 2)
             for r in range(nr, nr4):
                 zero(S + r * Skp, Skp)
                 zero(dP + r * Skp, Skp)
-            if rnd_t is RoundNone and real_t is float:
-                # P and dS rounded to T before the products they enter (rvec: as they are paired)
-                if o.round_p and not rvec:
-                    fc_round_rows_half(S, Skp, nr, n, o.round_p == 2)
-                    fc_round_rows_half(dP, Skp, nr, n, o.round_p == 2)
             # dQ = scale * dS K
             zero(dQa, nr4 * D)
             for t in range(t0, t1):
