@@ -357,11 +357,14 @@ def paged_pool(k, v, cu_k, block_size, spare=3, seed=0):
 @pytest.mark.parametrize("block_size", [1, 16, 256])
 def test_a_paged_pool_gives_the_packed_bits(dtype, block_size):
     """flash-attn's block_table: sequence b's key j at row j % BS of block block_table[b, j // BS];
-    the same keys as the packed call, so the same bits, and right against float64."""
+    the same keys as the packed call, so the same bits, and right against float64, whether the
+    sequences of several queries pack from the pool through the table (float32/float64, bf16
+    P in T) or from a gathered copy (exact P)."""
     lens = ([3, 64, 17, 1, 0], [100, 64, 300, 40, 7])
     q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=block_size)
     kp, vp, table = paged_pool(k, v, cu_k, block_size, seed=block_size)
-    for params in ({"causal": True}, {"window_size_left": 20, "softcap": 4.0}):
+    half = dtype in (ml_dtypes.bfloat16, np.float16)
+    for params in ({"causal": True}, {"window_size_left": 20, "softcap": 4.0}) + (({"round_p": False},) if half else ()):
         out = fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, **params)
         assert bits(out) == bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, **params))
         expected = reference(q, k, v, cu_q, cu_k, None, params.get("causal", False), params.get("window_size_left"),

@@ -67,11 +67,17 @@ cdef struct AttnOpts:
     unsigned short* out16
 
 
+cdef inline Py_ssize_t table_row(const unsigned int* table, Py_ssize_t tbs, Py_ssize_t j) noexcept nogil:
+    """The row that holds key j: j itself, or through a paged pool's table row (blocks of tbs
+    rows)."""
+    if table == NULL:
+        return j
+    return <Py_ssize_t>table[j // tbs] * tbs + j % tbs
+
+
 cdef inline Py_ssize_t key_row(AttnOpts* o, Py_ssize_t j) noexcept nogil:
     """The row of K and V that holds key j (AttnOpts.ktable)."""
-    if o.ktable == NULL:
-        return j
-    return <Py_ssize_t>o.ktable[j // o.kbs] * o.kbs + j % o.kbs
+    return table_row(o.ktable, o.kbs, j)
 
 
 cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:

@@ -404,8 +404,10 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     forward writes each row's log-sum-exp (AttnOpts.lse, lse_ld), or NULL.  k16, v16: a decode
     step (Sq == 1) under float32 compute reads K and V in their bf16/f16 storage (is_f16) where
     they lie, laid out as `strides` says (k and v are then NULL; AttnOpts.k16).  ktable, kbs: a
-    decode step's keys through a paged pool's table row (AttnOpts.ktable; the rows `strides` steps
-    by are the pool's).  round_p: AttnOpts.round_p (_round_p; float32 compute only).  q_h16,
+    paged pool's table row (the rows `strides` steps by are the pool's): a decode step reads its
+    keys through it (AttnOpts.ktable); with more query rows (a varlen chunk) K (or its pairs from
+    k_h16) is packed through it and V's rows are read (float32/float64) or paired (v_h16) through
+    it, so no gathered copy is made.  round_p: AttnOpts.round_p (_round_p; float32 compute only).  q_h16,
     k_h16, v_h16, out_h16 (the float32-compute flash on bf16/f16 inputs, is_f16, Sq > 1): q and
     k read in their 16-bit storage (paired, or widened as K is packed) and the output written
     rounded to T (q, k, out then NULL; q and out C-contiguous): no widened copies; k_h16 alone
@@ -415,8 +417,13 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     if k16 != NULL and (naive or bf16_pairs or sh.Sq != 1 or real_t is not float or rnd_t is not RoundNone):
         raise ValueError("fuel_cy core: 16-bit K and V are read in place by the float32-compute decode only")
-    if ktable != NULL and (naive or bf16_pairs or sh.Sq != 1 or rnd_t is not RoundNone or kbs <= 0):
-        raise ValueError("fuel_cy core: a paged pool is read by the float32/float64-policy decode only")
+    # a paged pool: a decode step reads its rows where they lie; more query rows (a varlen chunk)
+    # pack K (or its pairs) through the table and read V's rows (or pair them) through it
+    if ktable != NULL and (naive or rnd_t is not RoundNone or kbs <= 0 or (sh.Sq == 1 and bf16_pairs)
+                           or (bf16_pairs and (k_h16 == NULL or v_h16 == NULL))
+                           or (sh.Sq != 1 and not bf16_pairs and (k16 != NULL or k_h16 != NULL))):
+        raise ValueError("fuel_cy core: a paged pool is read by the float32/float64-policy decode, "
+                         "or packed from by the flash with float32/float64 or bf16-pair rows")
     if naive and strides != NULL:
         raise ValueError("fuel_cy core: the naive forward reads C-contiguous operands only")
     if ((q_h16 != NULL and k_h16 == NULL) or (q_h16 != NULL) != (out_h16 != NULL)
@@ -502,18 +509,18 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
                 if bf16_pairs and k_h16 != NULL:
-                    pack_heads_pairs16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
+                    pack_heads_pairs16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt, False, ktable, kbs)
                 elif bf16_pairs:
                     pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
                 if v_h16 != NULL:
-                    pack_heads_pairs16(v_h16, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
+                    pack_heads_pairs16(v_h16, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True, ktable, kbs)
                 elif vpairs:
                     pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
             if not bf16_pairs and not krows and k16 == NULL:
                 if real_t is float and k_h16 != NULL:
                     pack_heads16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, <float*>ktp, nt, is_f16)
                 else:
-                    pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
+                    pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt, ktable, kbs)
             if naive:
                 naive_forward_core(tag, kv0, nkv, <real_t*>q, ktp, <real_t*>v, <real_t*>slopes, out, &sh, &o,
                                    scratch, per_thread, nt)
@@ -789,6 +796,18 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
         trow = table + b * mbs if table != NULL else NULL
+        if trow != NULL and rnd_t is RoundNone and (k16 == NULL or (bf16_pairs and _pairs16_v(round_p))):
+            # a paged pool whose rows the flash packs from as they lie (K, or K's and V's bf16
+            # pairs) and whose float32/float64 V rows its P V reads through the table: no gather
+            strides[0:3] = [0, qh, qr]
+            strides[3:6] = [0, kh, kr]
+            strides[6:9] = [0, vh, vr]
+            strides[9:12] = [0, D, Hq * D]
+            _forward(tag, q + q0 * qr, k, v, slopes + b * slopes_ld if slopes != NULL else NULL,
+                     out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq,
+                     NULL, <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
+                     NULL, NULL, is_f16, trow, BS, round_p, NULL, k16, v16, NULL)
+            continue
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
         # bf16/f16 keys gathered in their storage, and V too where the P V reads its bf16 pairs
         # only: the flash packs Kᵀ (or K's pairs) from them as from any 16-bit array, the same

@@ -53,40 +53,44 @@ cdef inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
 
 
 cdef inline Py_ssize_t head_tile_rows(real_t* x, Layout* l, Py_ssize_t head0, Py_ssize_t task, Py_ssize_t ntiles,
-                                      Py_ssize_t Sk, real_t** rows) noexcept nogil:
+                                      Py_ssize_t Sk, real_t** rows, const unsigned int* table,
+                                      Py_ssize_t tbs) noexcept nogil:
     """rows[j] = the row of key j of tile task % ntiles of head head0 + task // ntiles in x (laid
-    out as l says); returns how many keys the tile has (at most BC)."""
+    out as l says; through table, when not NULL: table_row); returns how many keys the tile has
+    (at most BC)."""
     cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
     n = Sk - t * BC
     if n > BC:
         n = BC
     for jj in range(n):
-        rows[jj] = x + row_offset(l, head, t * BC + jj)
+        rows[jj] = x + row_offset(l, head, table_row(table, tbs, t * BC + jj))
     return n
 
 
 cdef inline void pack_head_tile(real_t* k, Layout* l, Py_ssize_t head0, Py_ssize_t task, Py_ssize_t ntiles,
-                                Py_ssize_t Sk, Py_ssize_t D, real_t* out) noexcept nogil:
+                                Py_ssize_t Sk, Py_ssize_t D, real_t* out, const unsigned int* table,
+                                Py_ssize_t tbs) noexcept nogil:
     # a function of its own so `rows` lives on each OpenMP thread's stack
     cdef real_t* rows[BC]
-    cdef Py_ssize_t n = head_tile_rows(k, l, head0, task, ntiles, Sk, rows)
+    cdef Py_ssize_t n = head_tile_rows(k, l, head0, task, ntiles, Sk, rows, table, tbs)
     pack_kt(rows, n, D, out + task * D * BC)
 
 
 cdef void pack_heads(real_t* k, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D,
-                     real_t* out, int nthreads) noexcept nogil:
-    """Heads head0 .. head0 + nheads of K (laid out as l says) -> packed tiles
-    [nheads][ceil(Sk/BC)][D][BC] (shared by all q tiles)."""
+                     real_t* out, int nthreads, const unsigned int* table=NULL, Py_ssize_t tbs=1) noexcept nogil:
+    """Heads head0 .. head0 + nheads of K (laid out as l says; its rows through a paged pool's
+    table where table is not NULL) -> packed tiles [nheads][ceil(Sk/BC)][D][BC] (shared by all q
+    tiles)."""
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t task
     for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
-        pack_head_tile(k, l, head0, task, ntiles, Sk, D, out)
+        pack_head_tile(k, l, head0, task, ntiles, Sk, D, out, table, tbs)
 
 
 cdef inline void pack_head_tile_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t task, Py_ssize_t ntiles,
                                       Py_ssize_t Sk, Py_ssize_t D, unsigned int* out, bint keys_paired) noexcept nogil:
     cdef float* rows[BC]
-    cdef Py_ssize_t n = head_tile_rows(x, l, head0, task, ntiles, Sk, rows)
+    cdef Py_ssize_t n = head_tile_rows(x, l, head0, task, ntiles, Sk, rows, NULL, 1)
     if keys_paired:
         fc_pack_v_pairs_bf16(rows, n, D, out + task * (BC // 2) * D)
     else:
@@ -106,14 +110,14 @@ cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nhe
 
 cdef inline void pack_head_tile_pairs16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
                                         Py_ssize_t ntiles, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
-                                        bint keys_paired) noexcept nogil:
+                                        bint keys_paired, const unsigned int* table, Py_ssize_t tbs) noexcept nogil:
     cdef const unsigned short* rows[BC]
     cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
     n = Sk - t * BC
     if n > BC:
         n = BC
     for jj in range(n):
-        rows[jj] = x + row_offset(l, head, t * BC + jj)
+        rows[jj] = x + row_offset(l, head, table_row(table, tbs, t * BC + jj))
     if keys_paired:
         fc_pack_v_pairs_b16(rows, n, D, out + task * (BC // 2) * D)
     else:
@@ -121,13 +125,14 @@ cdef inline void pack_head_tile_pairs16(const unsigned short* x, Layout* l, Py_s
 
 
 cdef void pack_heads_pairs16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, Py_ssize_t Sk,
-                             Py_ssize_t D, unsigned int* out, int nthreads, bint keys_paired=False) noexcept nogil:
-    """pack_heads_pairs from K or V in their bf16 storage (laid out as l says): the same pairs,
-    with no widened copy in between."""
+                             Py_ssize_t D, unsigned int* out, int nthreads, bint keys_paired=False,
+                             const unsigned int* table=NULL, Py_ssize_t tbs=1) noexcept nogil:
+    """pack_heads_pairs from K or V in their bf16 storage (laid out as l says; through table as
+    pack_heads): the same pairs, with no widened copy in between."""
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t task
     for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
-        pack_head_tile_pairs16(x, l, head0, task, ntiles, Sk, D, out, keys_paired)
+        pack_head_tile_pairs16(x, l, head0, task, ntiles, Sk, D, out, keys_paired, table, tbs)
 
 
 cdef inline void pack_head_tile16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
