@@ -11,6 +11,8 @@ import fuel_cy
 from conftest import input_error_of
 from measures import bits, bound, rel
 
+from fuel_cy.runtime.cpu import core
+
 CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(ml_dtypes.bfloat16): "BF16",
          np.dtype(np.float16): "F16"}
 
@@ -488,6 +490,36 @@ def test_a_pool_of_one_repeated_block_is_copied_not_misread():
     out = fuel_cy.attention_varlen(q, one, vone, cu_q, cu_k, block_table=table)
     assert bits(out) == bits(fuel_cy.attention_varlen(q, np.ascontiguousarray(one), np.ascontiguousarray(vone),
                                                       cu_q, cu_k, block_table=table))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("hq,hkv", [(16, 4), (16, 2), (12, 3), (8, 8)], ids=["G4", "G8", "G4-odd-heads", "mha"])
+def test_decode_steps_serving_several_kv_heads_give_each_heads_bits(dtype, hq, hkv):
+    """A decode task may serve several kv heads (their rows' heads read together): 1, 2, 3 or 4
+    kv heads per task, paged and packed, with ALiBi, a window and softcap, give the bits of a
+    task per kv head, right against float64."""
+    c = core()
+    d, lens_k = 64, [700, 2100, 33, 1500, 9]
+    q, k, v, cu_q, cu_k = packed([1] * len(lens_k), lens_k, hq, hkv, d, dtype, seed=hq + hkv)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, seed=hq)
+    slopes = (2.0 ** -np.arange(1, hq + 1)).astype(np.float32)
+    saved = c._test_decode_heads_per_task()
+    try:
+        for kw in ({"causal": True}, {"window_size_left": 1000, "softcap": 5.0}):
+            seen = []
+            for n in (1, 2, 3, 4):
+                assert c._test_decode_heads_per_task(n) == n
+                out = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, slopes, **kw)
+                assert bits(fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, slopes, block_table=table, **kw)) == bits(out)
+                seen.append(bits(out))
+            assert all(x == seen[0] for x in seen), kw
+            expected = reference(q, k, v, cu_q, cu_k, None, kw.get("causal", False), kw.get("window_size_left"),
+                                 None, kw.get("softcap"), slopes=slopes)
+            assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], d, max(lens_k), compute="f32"), kw
+    finally:
+        c._test_decode_heads_per_task(saved)
+    with pytest.raises(ValueError):
+        c._test_decode_heads_per_task(-1)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])

@@ -323,6 +323,7 @@ cdef void _layouts(Shape* sh, const Py_ssize_t* strides) noexcept:
     """sh's operand layouts: C-contiguous, or the (batch, head, row) element strides of q, k, v
     and out, in that order.  (No stacked query rows unless the driver says so: Shape.stack.)"""
     sh.stack = 0
+    sh.hpt = 1
     sh.lq = contiguous_layout(sh.Hq, sh.Sq, sh.D)
     sh.lo = sh.lq
     sh.lk = contiguous_layout(sh.Hkv, sh.Sk, sh.D)
@@ -851,6 +852,10 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
                  NULL, NULL, is_f16, NULL, 0, round_p, NULL, k_h, v_h, NULL)
 
 
+# kv heads per decode task forced by the tests (_test_decode_heads_per_task); 0: chosen per call
+cdef Py_ssize_t _decode_hpt_forced = 0
+
+
 cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
                             const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
                             const unsigned int* table, Py_ssize_t mbs, const unsigned int* used,
@@ -871,6 +876,15 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
             n += 1
     if n == 0:
         return
+    # kv heads per task (Shape.hpt): as many as 32 rows hold, where K's and V's heads are adjacent
+    # in their rows, halved while the steps would make fewer than 4 tasks per thread
+    cdef Py_ssize_t G = Hq // Hkv if Hkv > 0 else 1, hpt = 1
+    if Hkv > 1 and G % NR == 0 and G <= 16 and rs[3] == D and rs[5] == D:
+        hpt = min(32 // G, Hkv)
+        while hpt > 1 and n * ceil_div(Hkv, hpt) < 4 * nthreads:
+            hpt = (hpt + 1) // 2
+        if _decode_hpt_forced > 0:   # (the tests: every split gives the same bits)
+            hpt = min(_decode_hpt_forced, 32 // G, Hkv)
     # per decode step: its Shape, AttnOpts and operand pointers, in buffers numpy owns (a failed
     # allocation is a MemoryError)
     cdef AttnOpts base = _opts(params, 1, 1, 0)
@@ -903,6 +917,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
         shapes[s].B, shapes[s].Hq, shapes[s].Hkv, shapes[s].Sq, shapes[s].Sk, shapes[s].D = 1, Hq, Hkv, 1, lk, D
         shapes[s].lq, shapes[s].lo, shapes[s].lk, shapes[s].lv = lq, lo, lk_, lv
         shapes[s].stack = 0
+        shapes[s].hpt = hpt
         opts[s] = base
         o = &opts[s]
         o.shift = lk - 1   # the query sits at the sequence's last key (bottom-right)

@@ -32,6 +32,12 @@ cdef struct Shape:
     # G * Sq <= BR_FLASH (the driver allows it: no masks, the float32/float64 policies), so that
     # K and V are read once per kv head, not once per query head (flash_heads_as_rows)
     int stack
+    # a decode step (Sq = 1, B = 1, heads_as_rows) may serve hpt kv heads per task, their G query
+    # heads each as rows head after head (G a multiple of NR, hpt * G <= 32, each K and V row's
+    # heads adjacent, D apart): a pool row's heads are then read together, front to back, where a
+    # task per kv head read a D-element piece of each row and left the rest to the next task
+    # (paged_split does the same for the paged kernels).  1: a task per kv head.
+    Py_ssize_t hpt
 
 
 cdef inline Layout contiguous_layout(Py_ssize_t H, Py_ssize_t S, Py_ssize_t D) noexcept nogil:
@@ -186,6 +192,8 @@ cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
 cdef inline Py_ssize_t flash_tasks(Shape* sh, Py_ssize_t nkv) noexcept nogil:
     cdef Py_ssize_t G = sh.Hq // sh.Hkv
     if flash_heads_as_rows(sh):
+        if sh.hpt > 1:   # (B = 1: the kv heads [kv0, kv0 + nkv) in groups of hpt)
+            return ceil_div(nkv, sh.hpt)
         return nkv * ceil_div(G * sh.Sq, BR_FLASH)
     return nkv * G * ceil_div(sh.Sq, BR_FLASH)
 
@@ -209,8 +217,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef bint heads_as_rows = flash_heads_as_rows(sh)
     cdef Py_ssize_t nqt = ceil_div(G * Sq, BR_FLASH) if heads_as_rows else ceil_div(Sq, BR_FLASH)
     cdef Py_ssize_t qt = task % nqt, rest = task // nqt
+    # (Shape.hpt) nh kv heads from kvh, G rows each: rph rows per head in the dots and P V
+    cdef Py_ssize_t nh = 1, rph
+    if heads_as_rows and sh.hpt > 1:
+        nqt = 1
+        qt = 0
+        rest = task * sh.hpt
     cdef Py_ssize_t kvh = kv0 + (rest if heads_as_rows else rest // G)
     cdef Py_ssize_t b = kvh // sh.Hkv, hk = kvh % sh.Hkv
+    if heads_as_rows and sh.hpt > 1:
+        nh = sh.Hkv - hk if sh.Hkv - hk < sh.hpt else sh.hpt
     cdef Py_ssize_t g0 = qt * BR_FLASH   # (heads_as_rows) the task's first row among the G * Sq
     cdef Py_ssize_t h = hk * G + (g0 // Sq if heads_as_rows else rest % G)
     cdef Py_ssize_t i0 = g0 % Sq if heads_as_rows else qt * BR_FLASH
@@ -267,7 +283,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     if o.bias != NULL:
         arow0 = <const real_t*>o.bias + b * o.a_sb + h * o.a_sh + i0 * o.a_si
         astep = hstep * o.a_sh + pstep * o.a_si
-    nr = (G * Sq - g0) if heads_as_rows else (Sq - i0)
+    nr = (G * Sq * nh - g0) if heads_as_rows else (Sq - i0)
     if nr > BR_FLASH:
         nr = BR_FLASH
     for r in range(nr):
@@ -281,6 +297,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     ifirst = 0 if heads_as_rows and nr > Sq - i0 else i0
     ilast = Sq - 1 if heads_as_rows and nr > Sq - i0 else rp[nr - 1]
     nr4 = (nr + NR - 1) // NR * NR
+    rph = nr4 if nh == 1 else G
     # the tile's rows: consecutive positions of head h, or (heads_as_rows) of heads h, h + 1, ...
     if rnd_t is RoundNone and real_t is float and o.q16 != NULL:   # Q read in its 16-bit storage
         if kpp != NULL:   # its pairs are its stored bits
@@ -359,16 +376,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     for jj in range(nw):
                         rows16[jj] = krow16 + key_row(o, j0 + jj) * sh.lk.ss
                     if rnd_t is RoundNone and real_t is float:
-                        fc_rowdots_heads_h16(Qs, 1, nr4, D, rows16, nw, nw, S, lds, o.is_f16)
+                        fc_rowdots_heads_h16(Qs, nh, rph, D, rows16, nw, nw, S, lds, o.is_f16)
                     for jj in range(nw):   # (V's rows for P V from here on)
                         rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
                 else:
                     for jj in range(nw):
                         rows[jj] = krow0 + key_row(o, j0 + jj) * sh.lk.ss
                     if real_t is float:
-                        fc_rowdots_heads_f32(Qs, 1, nr4, D, <float**>rows, nw, nw, S, lds)
+                        fc_rowdots_heads_f32(Qs, nh, rph, D, <float**>rows, nw, nw, S, lds)
                     else:
-                        fc_rowdots_heads_f64(Qs, 1, nr4, D, <double**>rows, nw, nw, S, lds)
+                        fc_rowdots_heads_f64(Qs, nh, rph, D, <double**>rows, nw, nw, S, lds)
                     for jj in range(nw):
                         rows[jj] = vbase + key_row(o, j0 + jj) * ldv
             toff = j0 - wbase
@@ -438,11 +455,11 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         if lds != BC:   # V's rows of the run, from this tile's (prefetched up to the run's end)
             if rnd_t is RoundNone and real_t is float:
                 if vrow16 != NULL:
-                    fc_pv_heads_h16(S + toff, lds, 1, nr4, nc, wend - j0, rows16 + toff, D, O, D, o.is_f16)
+                    fc_pv_heads_h16(S + toff, lds, nh, rph, nc, wend - j0, rows16 + toff, D, O, D, o.is_f16)
                 else:
-                    fc_pv_heads_f32(S + toff, lds, 1, nr4, nc, wend - j0, <float**>rows + toff, D, O, D)
+                    fc_pv_heads_f32(S + toff, lds, nh, rph, nc, wend - j0, <float**>rows + toff, D, O, D)
             elif rnd_t is RoundNone:
-                fc_pv_heads_f64(S + toff, lds, 1, nr4, nc, wend - j0, <double**>rows + toff, D, O, D)
+                fc_pv_heads_f64(S + toff, lds, nh, rph, nc, wend - j0, <double**>rows + toff, D, O, D)
             continue
         if vrow16 != NULL:
             for jj in range(nc):

@@ -160,6 +160,18 @@ def _test_bwd_rows(rows=None):
     return fc_bwd_rows
 
 
+def _test_decode_heads_per_task(n=None):
+    """Testing hook: kv heads per task of attention_varlen's decode steps (Shape.hpt), where the
+    layout allows several (G a multiple of 4, heads adjacent in K's and V's rows), at most as many
+    as 32 rows hold; 0: chosen per call (the default).  With an argument, switch to it first."""
+    global _decode_hpt_forced
+    if n is not None:
+        if n < 0:
+            raise ValueError(n)
+        _decode_hpt_forced = n
+    return _decode_hpt_forced
+
+
 def _test_bwd_rows_pairs(rows=None):
     """Testing hook: query rows per backward step where all five products run on vdpbf16ps
     (fc_uarch.h fc_bwd_rows_pairs); with an argument (a multiple of 4, at most BR_BWD), switch to
