@@ -493,11 +493,13 @@ def test_a_pool_of_one_repeated_block_is_copied_not_misread():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
-@pytest.mark.parametrize("hq,hkv", [(16, 4), (16, 2), (12, 3), (8, 8)], ids=["G4", "G8", "G4-odd-heads", "mha"])
+@pytest.mark.parametrize("hq,hkv", [(16, 4), (16, 2), (12, 3), (8, 8), (12, 4), (14, 2)],
+                         ids=["G4", "G8", "G4-odd-heads", "mha", "G3", "G7"])
 def test_decode_steps_serving_several_kv_heads_give_each_heads_bits(dtype, hq, hkv):
-    """A decode task may serve several kv heads (their rows' heads read together): 1, 2, 3 or 4
-    kv heads per task, paged and packed, with ALiBi, a window and softcap, give the bits of a
-    task per kv head, right against float64."""
+    """A decode task may serve several kv heads (their rows' heads read together, each head's
+    query heads padded to 4 rows with copies of its last): 1, 2, 3 or 4 kv heads per task, paged
+    and packed, with ALiBi, a window and softcap, give the bits of a task per kv head, right
+    against float64."""
     c = core()
     d, lens_k = 64, [700, 2100, 33, 1500, 9]
     q, k, v, cu_q, cu_k = packed([1] * len(lens_k), lens_k, hq, hkv, d, dtype, seed=hq + hkv)

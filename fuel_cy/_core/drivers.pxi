@@ -876,15 +876,17 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
             n += 1
     if n == 0:
         return
-    # kv heads per task (Shape.hpt): as many as 32 rows hold, where K's and V's heads are adjacent
-    # in their rows, halved while the steps would make fewer than 4 tasks per thread
+    # kv heads per task (Shape.hpt): as many as 32 rows hold (G rounded up to NR per head), where
+    # K's and V's heads are adjacent in their rows, halved while the steps would make fewer than 4
+    # tasks per thread
     cdef Py_ssize_t G = Hq // Hkv if Hkv > 0 else 1, hpt = 1
-    if Hkv > 1 and G % NR == 0 and G <= 16 and rs[3] == D and rs[5] == D:
-        hpt = min(32 // G, Hkv)
+    cdef Py_ssize_t rph = (G + NR - 1) // NR * NR
+    if Hkv > 1 and rph <= 16 and rs[3] == D and rs[5] == D:
+        hpt = min(32 // rph, Hkv)
         while hpt > 1 and n * ceil_div(Hkv, hpt) < 4 * nthreads:
             hpt = (hpt + 1) // 2
         if _decode_hpt_forced > 0:   # (the tests: every split gives the same bits)
-            hpt = min(_decode_hpt_forced, 32 // G, Hkv)
+            hpt = min(_decode_hpt_forced, 32 // rph, Hkv)
     # per decode step: its Shape, AttnOpts and operand pointers, in buffers numpy owns (a failed
     # allocation is a MemoryError)
     cdef AttnOpts base = _opts(params, 1, 1, 0)

@@ -32,11 +32,11 @@ cdef struct Shape:
     # G * Sq <= BR_FLASH (the driver allows it: no masks, the float32/float64 policies), so that
     # K and V are read once per kv head, not once per query head (flash_heads_as_rows)
     int stack
-    # a decode step (Sq = 1, B = 1, heads_as_rows) may serve hpt kv heads per task, their G query
-    # heads each as rows head after head (G a multiple of NR, hpt * G <= 32, each K and V row's
-    # heads adjacent, D apart): a pool row's heads are then read together, front to back, where a
-    # task per kv head read a D-element piece of each row and left the rest to the next task
-    # (paged_split does the same for the paged kernels).  1: a task per kv head.
+    # a decode step (Sq = 1, B = 1) may serve hpt kv heads per task, the G query heads of each as
+    # rows head after head, G rounded up to NR with copies of its last row (hpt * that <= 32; each
+    # K and V row's heads adjacent, D apart): a pool row's heads are then read together, front to
+    # back, where a task per kv head read a D-element piece of each row and left the rest to the
+    # next task (paged_split does the same for the paged kernels).  1: a task per kv head.
     Py_ssize_t hpt
 
 
@@ -186,7 +186,7 @@ cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
     """GQA with few query rows: a kv head's G query heads, Sq rows each (one in a decode step),
     make its tiles, head after head (see flash_task); a decode step always, more rows where the
     driver allows it (Shape.stack) and G * Sq fits one tile."""
-    return sh.Hq > sh.Hkv and (sh.Sq == 1 or (sh.stack and (sh.Hq // sh.Hkv) * sh.Sq <= BR_FLASH))
+    return sh.hpt > 1 or (sh.Hq > sh.Hkv and (sh.Sq == 1 or (sh.stack and (sh.Hq // sh.Hkv) * sh.Sq <= BR_FLASH)))
 
 
 cdef inline Py_ssize_t flash_tasks(Shape* sh, Py_ssize_t nkv) noexcept nogil:
@@ -217,8 +217,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef bint heads_as_rows = flash_heads_as_rows(sh)
     cdef Py_ssize_t nqt = ceil_div(G * Sq, BR_FLASH) if heads_as_rows else ceil_div(Sq, BR_FLASH)
     cdef Py_ssize_t qt = task % nqt, rest = task // nqt
-    # (Shape.hpt) nh kv heads from kvh, G rows each: rph rows per head in the dots and P V
-    cdef Py_ssize_t nh = 1, rph
+    # (Shape.hpt) nh kv heads from kvh, rph rows each in the dots and P V: G rounded up to NR,
+    # the rows past G copies of the head's last (the same bits, written twice)
+    cdef Py_ssize_t nh = 1, rph = (G + NR - 1) // NR * NR, gg
     if heads_as_rows and sh.hpt > 1:
         nqt = 1
         qt = 0
@@ -283,11 +284,18 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     if o.bias != NULL:
         arow0 = <const real_t*>o.bias + b * o.a_sb + h * o.a_sh + i0 * o.a_si
         astep = hstep * o.a_sh + pstep * o.a_si
-    nr = (G * Sq * nh - g0) if heads_as_rows else (Sq - i0)
+    if nh > 1:
+        nr = nh * rph
+    else:
+        nr = (G * Sq - g0) if heads_as_rows else (Sq - i0)
     if nr > BR_FLASH:
         nr = BR_FLASH
     for r in range(nr):
-        if heads_as_rows:
+        if nh > 1:
+            gg = r % rph
+            rh[r] = (hk + r // rph) * G + (gg if gg < G else G - 1)
+            rp[r] = 0
+        elif heads_as_rows:
             rh[r] = hk * G + (g0 + r) // Sq
             rp[r] = (g0 + r) % Sq
         else:
@@ -297,7 +305,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     ifirst = 0 if heads_as_rows and nr > Sq - i0 else i0
     ilast = Sq - 1 if heads_as_rows and nr > Sq - i0 else rp[nr - 1]
     nr4 = (nr + NR - 1) // NR * NR
-    rph = nr4 if nh == 1 else G
+    if nh == 1:
+        rph = nr4
     # the tile's rows: consecutive positions of head h, or (heads_as_rows) of heads h, h + 1, ...
     if rnd_t is RoundNone and real_t is float and o.q16 != NULL:   # Q read in its 16-bit storage
         if kpp != NULL:   # its pairs are its stored bits
@@ -308,7 +317,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             for r in range(nr):
                 fc_widen_half(o.q16 + row_offset(&sh.lq, b * sh.Hq + rh[r], rp[r]), <float*>Qs + r * D, D, o.is_f16)
             zero(Qs + nr * D, (nr4 - nr) * D)
-    elif heads_as_rows and Sq > 1:
+    elif heads_as_rows and (Sq > 1 or nh > 1):
         for r in range(nr):
             memcpy(Qs + r * D, q + row_offset(&sh.lq, b * sh.Hq + rh[r], rp[r]), D * sizeof(real_t))
         zero(Qs + nr * D, (nr4 - nr) * D)

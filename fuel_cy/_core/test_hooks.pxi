@@ -162,8 +162,9 @@ def _test_bwd_rows(rows=None):
 
 def _test_decode_heads_per_task(n=None):
     """Testing hook: kv heads per task of attention_varlen's decode steps (Shape.hpt), where the
-    layout allows several (G a multiple of 4, heads adjacent in K's and V's rows), at most as many
-    as 32 rows hold; 0: chosen per call (the default).  With an argument, switch to it first."""
+    layout allows several (heads adjacent in K's and V's rows), at most as many as 32 rows hold
+    (G rounded up to 4 per head); 0: chosen per call (the default).  With an argument, switch to it
+    first."""
     global _decode_hpt_forced
     if n is not None:
         if n < 0:
