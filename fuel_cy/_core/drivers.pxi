@@ -657,7 +657,7 @@ cdef void _gather_rows(const real_t* x, const unsigned short* x16, int is_f16, c
     exactly on the way (float work type only)."""
     cdef Py_ssize_t h, i, r
     for i in prange(n, schedule='static', num_threads=nthreads):
-        r = <Py_ssize_t>table[i // bs] * bs + i % bs if table != NULL else row0 + i
+        r = table_row(table, bs, i) if table != NULL else row0 + i
         for h in range(H):
             if x16 != NULL:
                 if real_t is float:
@@ -673,7 +673,7 @@ cdef void _gather_rows16(const unsigned short* x16, const unsigned int* table, P
     and the flash packs K (and V's bf16 pairs) from it as from any bf16/f16 array."""
     cdef Py_ssize_t h, i, r
     for i in prange(n, schedule='static', num_threads=nthreads):
-        r = <Py_ssize_t>table[i // bs] * bs + i % bs if table != NULL else row0 + i
+        r = table_row(table, bs, i) if table != NULL else row0 + i
         for h in range(H):
             memcpy(out + (h * n + i) * D, x16 + r * sr + h * sh, D * sizeof(unsigned short))
 
@@ -797,13 +797,13 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
         trow = table + b * mbs if table != NULL else NULL
+        strides[0:3] = [0, qh, qr]
+        strides[9:12] = [0, D, Hq * D]
         if trow != NULL and rnd_t is RoundNone and (k16 == NULL or (bf16_pairs and _pairs16_v(round_p))):
             # a paged pool whose rows the flash packs from as they lie (K, or K's and V's bf16
             # pairs) and whose float32/float64 V rows its P V reads through the table: no gather
-            strides[0:3] = [0, qh, qr]
             strides[3:6] = [0, kh, kr]
             strides[6:9] = [0, vh, vr]
-            strides[9:12] = [0, D, Hq * D]
             _forward(tag, q + q0 * qr, k, v, slopes + b * slopes_ld if slopes != NULL else NULL,
                      out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq,
                      NULL, <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
@@ -842,9 +842,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             with nogil:
                 _gather_rows(k, k16, is_f16, trow, BS, k0, lk, Hkv, D, kr, kh, kg, nt)
             strides[3:6] = [0, lk * D, D]
-        strides[0:3] = [0, qh, qr]
         strides[6:9] = [0, lk * D, D]
-        strides[9:12] = [0, D, Hq * D]
         _forward(tag, q + q0 * qr, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb) if vb is not None else NULL,
                  slopes + b * slopes_ld if slopes != NULL else NULL,
                  out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,

@@ -114,16 +114,24 @@ cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nhe
         pack_head_tile_pairs(x, l, head0, task, ntiles, Sk, D, out, keys_paired)
 
 
-cdef inline void pack_head_tile_pairs16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
-                                        Py_ssize_t ntiles, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
-                                        bint keys_paired, const unsigned int* table, Py_ssize_t tbs) noexcept nogil:
-    cdef const unsigned short* rows[BC]
+cdef inline Py_ssize_t head_tile_rows16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
+                                        Py_ssize_t ntiles, Py_ssize_t Sk, const unsigned short** rows,
+                                        const unsigned int* table, Py_ssize_t tbs) noexcept nogil:
+    """head_tile_rows for 16-bit storage."""
     cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
     n = Sk - t * BC
     if n > BC:
         n = BC
     for jj in range(n):
         rows[jj] = x + row_offset(l, head, table_row(table, tbs, t * BC + jj))
+    return n
+
+
+cdef inline void pack_head_tile_pairs16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
+                                        Py_ssize_t ntiles, Py_ssize_t Sk, Py_ssize_t D, unsigned int* out,
+                                        bint keys_paired, const unsigned int* table, Py_ssize_t tbs) noexcept nogil:
+    cdef const unsigned short* rows[BC]
+    cdef Py_ssize_t n = head_tile_rows16(x, l, head0, task, ntiles, Sk, rows, table, tbs)
     if keys_paired:
         fc_pack_v_pairs_b16(rows, n, D, out + task * (BC // 2) * D)
     else:
@@ -144,12 +152,7 @@ cdef void pack_heads_pairs16(const unsigned short* x, Layout* l, Py_ssize_t head
 cdef inline void pack_head_tile16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
                                   Py_ssize_t ntiles, Py_ssize_t Sk, Py_ssize_t D, float* out, int is_f16) noexcept nogil:
     cdef const unsigned short* rows[BC]
-    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
-    n = Sk - t * BC
-    if n > BC:
-        n = BC
-    for jj in range(n):
-        rows[jj] = x + row_offset(l, head, t * BC + jj)
+    cdef Py_ssize_t n = head_tile_rows16(x, l, head0, task, ntiles, Sk, rows, NULL, 1)
     fc_pack_kt_h16(rows, n, D, out + task * D * BC, is_f16)
 
 
@@ -184,8 +187,9 @@ cdef inline void pv_bf16_rounded(float* P, Py_ssize_t ldp, Py_ssize_t nr4, Py_ss
 
 cdef inline bint flash_heads_as_rows(Shape* sh) noexcept nogil:
     """GQA with few query rows: a kv head's G query heads, Sq rows each (one in a decode step),
-    make its tiles, head after head (see flash_task); a decode step always, more rows where the
-    driver allows it (Shape.stack) and G * Sq fits one tile."""
+    make its tiles, head after head (see flash_task); a decode step always (with Shape.hpt > 1
+    several kv heads' too, multi-head included), more rows where the driver allows it
+    (Shape.stack) and G * Sq fits one tile."""
     return sh.hpt > 1 or (sh.Hq > sh.Hkv and (sh.Sq == 1 or (sh.stack and (sh.Hq // sh.Hkv) * sh.Sq <= BR_FLASH)))
 
 

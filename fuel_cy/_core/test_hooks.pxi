@@ -154,10 +154,15 @@ def _test_bwd_rows(rows=None):
     fc_bwd_rows); with an argument (a multiple of 4, at most BR_BWD), switch to it first."""
     global fc_bwd_rows
     if rows is not None:
-        if rows <= 0 or rows % 4 or rows > BR_BWD:
-            raise ValueError(rows)
-        fc_bwd_rows = rows
+        fc_bwd_rows = _step_rows(rows)
     return fc_bwd_rows
+
+
+def _step_rows(rows):
+    """A backward step's row count the hooks accept: a multiple of 4, at most BR_BWD."""
+    if rows <= 0 or rows % 4 or rows > BR_BWD:
+        raise ValueError(rows)
+    return rows
 
 
 def _test_decode_heads_per_task(n=None):
@@ -179,9 +184,7 @@ def _test_bwd_rows_pairs(rows=None):
     it first."""
     global fc_bwd_rows_pairs
     if rows is not None:
-        if rows <= 0 or rows % 4 or rows > BR_BWD:
-            raise ValueError(rows)
-        fc_bwd_rows_pairs = rows
+        fc_bwd_rows_pairs = _step_rows(rows)
     return fc_bwd_rows_pairs
 
 _SCORE_FORMS = {"vdpbf16ps": FC_SCORES_VDPBF16PS, "amx": FC_SCORES_AMX, "amx-emulated": FC_SCORES_AMX_EMULATED}
