@@ -356,6 +356,7 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
                             str(tests / "test_half_precision.py"), str(tests / "test_mixed.py"),
                             str(tests / "test_validators.py"), str(tests / "test_extremes.py"),
                             str(tests / "test_varlen.py"), str(tests / "test_sdpa.py"),
+                            str(tests / "test_round_p.py") + "::test_backward_round_p_bits_do_not_depend_on_step_rows",
                             str(tests / "test_robustness.py") + "::test_fuzz_valid_forward_matches_reference",
                             str(tests / "test_robustness.py") + "::test_fuzz_near_valid_is_input_error"],
                            cwd=proj, capture_output=True, text=True, env={**run_env, "FUEL_CY_CPU_CAPABILITY": level},
