@@ -230,7 +230,8 @@ def test_bench_targets_are_judged_from_the_results():
     assert judged["flash f32 >= 1.2x torch SDPA, non-causal points"]["met"] is True  # NumPy row not counted
     assert judged["flash f32 >= 1.3x torch SDPA, causal points"]["met"] is False
     assert judged["flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128"] == {
-        "target": "flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128", "measured": "91%", "met": True}
+        "target": "flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128", "measured": "91%", "met": True,
+        "limit": None}   # (no arithmetic peak in this result)
     assert judged["bf16 math in T within 4x of f32 (ratio >= 0.25)"]["met"] is True
     assert judged["f16 math in T within 4x of f32 (ratio >= 0.25; 2x on AVX512-FP16 CPUs, else 4x)"]["met"] is True
     assert judged["backward f32 >= 1.3x torch autograd backward (GQA included)"]["met"] is None
@@ -242,6 +243,53 @@ def test_bench_targets_are_judged_from_the_results():
     assert judged["per call <= torch SDPA per call (decode GQA, same process)"]["met"] is False
     assert judged["import fuel_cy adds <= 20 ms (after numpy, ml_dtypes)"] == {
         "target": "import fuel_cy adds <= 20 ms (after numpy, ml_dtypes)", "measured": "14.2 ms", "met": True}
+
+
+def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(capsys):
+    """Issue #37's "each miss with the profile that explains it": a ratio target's worst point is
+    set against the peak the run measured (our rate and the rate the goal needs, each a share of
+    it), under the targets table; rows no single peak bounds (memory-bound, math in T, bf16 on a
+    CPU without its dot product) get no such line."""
+    from fuel_cy.harness.bench import print_targets
+    from fuel_cy.harness.targets import targets
+
+    def row(kernel, dtype, shape, gflops, ratio, peer="torch SDPA", **extra):
+        return {"kernel": kernel, "dtype": dtype, "shape": shape, "gflops": gflops, "ratio": ratio, "peer": peer,
+                **extra}
+
+    result = {"rows": [
+        # our 150 GFLOP/s at 1.1x: the peer ran 136.4, 1.2x of it is 163.6 = 82% of a 200 peak
+        row("attention_flash", "F32", "B=1 H=8 S=2048 D=128", 150.0, 1.1, pct_gemm=93.75),
+        row("attention_flash", "F32", "B=1 H=8 S=4096 D=128", 150.0, 1.5, pct_gemm=93.75),
+        # 1.3x a peer at 180 is 234: more than the peak
+        row("attention_flash_backward", "F32", "B=1 Hq=8 Hkv=2 S=2048 D=128", 180.0, 1.0,
+            peer="torch SDPA autograd bwd"),
+        row("attention_flash_mixed", "BF16", "B=1 H=8 S=1024 D=64", 100.0, 1.2, peer="torch SDPA bf16", mode="P in T"),
+        row("attention_flash_mixed", "F16", "B=1 H=8 S=1024 D=64", 100.0, 0.9, peer="fuel_cy attention_flash f32",
+            mode="P in T"),
+        row("attention_paged_naive", "F32", "decode", 40.0, 1.5, peer="torch SDPA (contiguous K/V)", pct_copy=60.0),
+    ], "gemm_gflops": 160.0, "peak_gflops": {"f32": 200.0, "f64": 100.0},
+        "machine": {"features": ["avx512f", "avx512_bf16"]}}
+    judged = {t["target"]: t for t in targets(result)}
+    assert judged["flash f32 >= 1.2x torch SDPA, non-causal points"]["limit"] == (
+        "worst at B=1 H=8 S=2048 D=128 (f32): ours 150 GFLOP/s = 75% of the f32 peak (200); "
+        "1.20x the peer's 136 needs 164, 82% of it")
+    assert judged["backward f32 >= 1.3x torch autograd backward (GQA included)"]["limit"].endswith(
+        "1.30x the peer's 180 needs 234, more than the peak")
+    assert judged["flash f32 >= 85% of the f32 GEMM rate, S=4096 D=128"]["limit"] == (
+        "the f32 GEMM it is measured against runs at 80% of the f32 peak (200 GFLOP/s), the flash at 75%")
+    # f16 on float32 FMAs (no AVX512-FP16): against the f32 peak
+    assert "= 50% of the f32 peak" in judged["mixed f16 flash, P in T: <= 1.0x our f32 flash's time"]["limit"]
+    # the bf16 dot product's peak was not measured: no line, as for the memory-bound decode
+    assert judged["mixed bf16 flash, P in T: >= 1.5x torch SDPA bf16 (no AMX)"]["limit"] is None
+    assert judged["paged decode >= 2x torch SDPA on contiguous K/V"]["limit"] is None
+    print_targets(list(judged.values()))
+    out = capsys.readouterr().out
+    tail = out.split("What the misses measure against the machine:\n")[1]
+    # only the misses: the flash and backward rows, the f16 row (the GEMM-rate target is met)
+    assert [line.split(":")[0] for line in tail.strip().splitlines()] == [
+        "- flash f32 >= 1.2x torch SDPA, non-causal points", "- backward f32 >= 1.3x torch autograd backward (GQA included)",
+        "- mixed f16 flash, P in T"], tail
 
 
 # ---- issue #16: the CLI on top of the library, and the edit workflow in both install modes ------

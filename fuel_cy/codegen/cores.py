@@ -168,4 +168,4 @@ INT_WORK: Mapping[str, tuple[str, str]] = {
 CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_isa.h", "fc_uarch.h", "fc_cpuid.h", "fc_gemm.h", "fc_gemm_f16.h",
                 "fc_amx.h", "fc_half.h", "fc_pack.h", "fc_exp.h",
                 "fc_testhooks.h", "fc_interrupt.h", "fastcheck.pxi", "policy.pxi", "blocks.pxi", "kernels.pxi",
-                "drivers_api.pxi", "drivers.pxi", "entries.pxi", "test_hooks.pxi")
+                "drivers_api.pxi", "drivers.pxi", "entries.pxi", "peak.pxi", "test_hooks.pxi", "fc_peak.h")

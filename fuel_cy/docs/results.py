@@ -433,8 +433,9 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
         slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or name
         lines += [f"## {cpu}: the full grid", "", _stamp(data, commit), ""]
         if data.get("gemm_gflops"):
+            peaks = "".join(f", {kind} peak **{v:.1f} GFLOP/s**" for kind, v in (data.get("peak_gflops") or {}).items())
             lines += [f"Reference rates in the same run: f32 GEMM **{data['gemm_gflops']:.1f} GFLOP/s**, large copy "
-                      f"**{data.get('copy_gbps', 0):.1f} GB/s** (read + write).", ""]
+                      f"**{data.get('copy_gbps', 0):.1f} GB/s** (read + write){peaks}.", ""]
         if plt is None:
             lines += ["*The plots need matplotlib (`pip install matplotlib`) when the site is built.*", ""]
         for key, title, kernels in FAMILIES:
@@ -491,9 +492,13 @@ def _gap_notes(root: Path, judged: list[dict], run: Path) -> list[str]:
 
 
 def _targets(judged: list[dict]) -> list[str]:
-    rows = [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]]] for t in judged]
-    return ["### Targets", "", "The project's performance goals, judged on this run; what limits the ones not met "
-            "follows the table.", "", _table(["target", "measured", "met"], rows), ""]
+    rows = [[t["target"], t["measured"], {True: "yes", False: "**no**", None: "—"}[t["met"]],
+             t.get("limit") or "" if t["met"] is False else ""] for t in judged]
+    return ["### Targets", "", "The project's performance goals, judged on this run. For a compute-bound miss the "
+            "last column sets its worst point against the arithmetic peak the run measured (a register-only "
+            "multiply-add loop on the same threads): how much of the peak we reach and how much the goal would "
+            "need. What limits the misses follows the table.", "",
+            _table(["target", "measured", "met", "against the measured peak"], rows), ""]
 
 
 def _all_rows(data: dict) -> list[str]:

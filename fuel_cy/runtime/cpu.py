@@ -20,7 +20,7 @@ from ..errors import CpuCapabilityError
 from .cpu_levels import ENV_CAPABILITY
 
 __all__ = ["CpuCapabilityError", "capability", "compiled_levels", "core", "cpu_features", "cpu_name",
-           "load_level", "missing_features", "supported_levels"]
+           "load_level", "missing_features", "peak_gflops", "supported_levels"]
 
 
 def _build_levels() -> Mapping[str, Mapping[str, Any]]:
@@ -116,3 +116,15 @@ def capability() -> str:
 def core() -> ModuleType:
     """The core module of the level in use."""
     return load_level(capability())
+
+
+PEAK_KINDS = ("f32", "f64", "bf16")
+
+
+def peak_gflops(kind: str, nthreads: int) -> Optional[float]:
+    """The arithmetic peak of the level in use, measured: GFLOP/s of `nthreads` threads running its
+    register-only multiply-add loop (kind "f32", "f64", or "bf16" for vdpbf16ps, None at a level
+    without it).  The ceiling a compute-bound kernel's rate is judged against (`fuel-cy bench`)."""
+    if kind not in PEAK_KINDS:
+        raise ValueError(f"peak_gflops: kind must be one of {', '.join(PEAK_KINDS)}, got {kind!r}")
+    return cast("Optional[float]", core().peak_gflops(kind, nthreads))

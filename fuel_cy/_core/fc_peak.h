@@ -1,0 +1,68 @@
+/* The arithmetic peak of this CPU level, measured: what the bench judges a compute-bound kernel
+ * against (fuel_cy/harness/bench.py).  A target a kernel misses while it already runs near the
+ * peak, or one that would need more than the peak, is a machine limit, not a tuning gap; the bench
+ * prints that beside the miss.
+ *
+ * Each loop is register-only: FC_PEAK_CHAINS independent multiply-add chains on the level's widest
+ * vectors, so neither memory nor the operation's latency limits it (the chains cover 4-cycle
+ * latency times two FMA ports; AVX2 and SSE have 16 registers and keep 12).  Values stay near 1:
+ * no subnormals, no overflow.  Each returns a sum of its accumulators, so the loop is not dead. */
+#ifndef FUEL_CY_FC_PEAK_H
+#define FUEL_CY_FC_PEAK_H
+#include "fc_isa.h"
+
+#if FC_VBYTES == 64
+#define FC_PEAK_CHAINS 16
+#else
+#define FC_PEAK_CHAINS 12
+#endif
+
+/* Flops per iteration of each loop: two per multiply-add per lane per chain. */
+#define FC_PEAK_FLOPS_F32 (2.0 * FC_W32 * FC_PEAK_CHAINS)
+#define FC_PEAK_FLOPS_F64 (2.0 * FC_W64 * FC_PEAK_CHAINS)
+
+#define FC_PEAK_LOOP(SUF, T)                                                                     \
+    static double fc_peak_loop_##SUF(long iters) {                                               \
+        fc_vec_##SUF acc[FC_PEAK_CHAINS];                                                        \
+        fc_vec_##SUF a, b;                                                                       \
+        for (int l = 0; l < (int)(FC_VBYTES / sizeof(T)); l++) {                                 \
+            a[l] = (T)0.999;                                                                     \
+            b[l] = (T)5e-4;                                                                      \
+        }                                                                                        \
+        /* (not at the fixed point 0.5: a compiler folds a chain that starts there) */          \
+        for (int c = 0; c < FC_PEAK_CHAINS; c++) acc[c] = a * (T)(1 + c);                        \
+        for (long i = 0; i < iters; i++) {                                                       \
+            /* (contracted to one FMA where the level has them; a multiply and an add on SSE) */ \
+            for (int c = 0; c < FC_PEAK_CHAINS; c++) acc[c] = acc[c] * a + b;                    \
+        }                                                                                        \
+        double s = 0;                                                                            \
+        for (int c = 0; c < FC_PEAK_CHAINS; c++) s += (double)fc_hsum_##SUF(acc[c]);             \
+        return s;                                                                                \
+    }
+FC_PEAK_LOOP(f32, float)
+FC_PEAK_LOOP(f64, double)
+
+/* vdpbf16ps: two bf16 products per float lane, four flops. */
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define FC_PEAK_HAVE_BF16 1
+#define FC_PEAK_FLOPS_BF16 (4.0 * 16 * FC_PEAK_CHAINS)
+static double fc_peak_loop_bf16(long iters) {
+    __m512 acc[FC_PEAK_CHAINS];
+    /* bf16 0.5 and 1e-4-ish in every half: products stay tiny against the sums */
+    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F003F00);
+    __m512bh b = (__m512bh)_mm512_set1_epi32(0x38D138D1);
+    for (int c = 0; c < FC_PEAK_CHAINS; c++) acc[c] = _mm512_set1_ps((float)(1 + c));
+    for (long i = 0; i < iters; i++) {
+        for (int c = 0; c < FC_PEAK_CHAINS; c++) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+    }
+    double s = 0;
+    for (int c = 0; c < FC_PEAK_CHAINS; c++) s += (double)_mm512_reduce_add_ps(acc[c]);
+    return s;
+}
+#else
+#define FC_PEAK_HAVE_BF16 0
+#define FC_PEAK_FLOPS_BF16 0.0
+static double fc_peak_loop_bf16(long iters) { (void)iters; return 0; }
+#endif
+
+#endif
