@@ -310,3 +310,18 @@ def test_a_rule_added_in_python_turns_the_typed_copy_off(tmp_path):
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "refused", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("value", [1e39, -3.5e38, float("inf")])
+def test_an_f32_param_beyond_float32s_range_is_an_input_error_and_no_warning(value):
+    """A `f32` param that rounds to an infinity in float32 is refused like any non-finite one,
+    naming the param and the value, with no numpy overflow warning on the way."""
+    import warnings
+
+    q = np.zeros((3, 2, 4), np.float32)
+    cu = np.array([0, 3], np.uint32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        msg = input_error_of(fuel_cy.attention_varlen, q, q, q, cu, cu, softmax_scale=value)
+    assert msg and "attention_varlen" in msg and "softmax_scale" in msg and "a finite real" in msg, msg
+    assert repr(value) in msg, msg

@@ -357,13 +357,15 @@ def paged_pool(k, v, cu_k, block_size, spare=3, seed=0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
 @pytest.mark.parametrize("block_size", [1, 16, 256])
-def test_a_paged_pool_gives_the_packed_bits(dtype, block_size):
+@pytest.mark.parametrize("d", [64, 8, 17])
+def test_a_paged_pool_gives_the_packed_bits(dtype, block_size, d):
     """flash-attn's block_table: sequence b's key j at row j % BS of block block_table[b, j // BS];
     the same keys as the packed call, so the same bits, and right against float64, whether the
     sequences of several queries pack from the pool through the table (float32/float64, bf16
-    P in T) or from a gathered copy (exact P)."""
+    P in T) or from a gathered copy (exact P).  D = 8 and 17 run the columns past the last whole
+    vector, which once summed with separate multiplies and adds in one copy of the loops only."""
     lens = ([3, 64, 17, 1, 0], [100, 64, 300, 40, 7])
-    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=block_size)
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, d, dtype, seed=block_size)
     kp, vp, table = paged_pool(k, v, cu_k, block_size, seed=block_size)
     half = dtype in (ml_dtypes.bfloat16, np.float16)
     for params in ({"causal": True}, {"window_size_left": 20, "softcap": 4.0}) + (({"round_p": False},) if half else ()):
@@ -371,7 +373,7 @@ def test_a_paged_pool_gives_the_packed_bits(dtype, block_size):
         assert bits(out) == bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, **params))
         expected = reference(q, k, v, cu_q, cu_k, None, params.get("causal", False), params.get("window_size_left"),
                              None, params.get("softcap"))
-        assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], 64, 300, compute="f32")
+        assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], d, 300, compute="f32")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
@@ -542,3 +544,26 @@ def test_decode_steps_over_long_contexts(dtype):
         assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], d, max(lens_k), compute="f32"), kw
         assert bits(fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, **kw)) == bits(out), kw
         assert bits(fuel_cy.attention_varlen(q, krep, vrep, cu_q, cu_k, **kw)) == bits(out), kw
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+def test_a_masked_keys_k_row_never_reaches_the_output(dtype):
+    """The contract's numerics: a NaN in the `k` row of a key that the causal mask or a window
+    removes from some rows leaves those rows' bits as they were (the mask replaces the score), for
+    a chunk and a decode step, packed and paged."""
+    q, k, v, cu_q, cu_k = packed([5, 1], [20, 9], 4, 2, 16, dtype, seed=31)
+    # sequence 0: query i sits at key i + 15, so causal removes key 19 from queries 0..3 (query 4
+    # sees it); sequence 1's one query sits at key 8, and a left window of 3 removes its key 2
+    poisoned = k.copy()
+    poisoned[19] = np.nan
+    poisoned[int(cu_k[1]) + 2] = np.nan
+    kp, vp, table = paged_pool(k, v, cu_k, 4)
+    kpp, _, table2 = paged_pool(poisoned, v, cu_k, 4)
+    assert (table == table2).all()
+    for params, kept in (({"causal": True}, [0, 1, 2, 3]), ({"causal": True, "window_size_left": 3}, [0, 1, 2, 3, 5])):
+        clean = fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, **params)
+        for out in (fuel_cy.attention_varlen(q, poisoned, v, cu_q, cu_k, **params),
+                    fuel_cy.attention_varlen(q, kpp, vp, cu_q, cu_k, block_table=table, **params)):
+            assert bits(out[kept]) == bits(clean[kept]), params
+            # (the rows that do see a poisoned key are NaN: the test poisons what it claims)
+            assert np.isnan(np.asarray(out[4], np.float64)).all()

@@ -69,7 +69,7 @@ static inline T fc_dot16_##SUF(const T* a, const T* b, ptrdiff_t n) {           
         for (int v = 0; v < NV; v++) lane[v] += fc_load_##SUF(a + j + v * W) * fc_load_##SUF(b + j + v * W); \
     T l[16];                                                                                     \
     memcpy(l, lane, sizeof l);                                                                   \
-    for (ptrdiff_t k = 0; j + k < n; k++) l[k] += a[j + k] * b[j + k];                           \
+    for (ptrdiff_t k = 0; j + k < n; k++) l[k] = fc_madd_##SUF(a[j + k], b[j + k], l[k]);        \
     T total = l[0];                                                                              \
     for (int k = 1; k < 16; k++) total += l[k];                                                  \
     return total;                                                                                \

@@ -103,7 +103,8 @@ static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t n
             T a0 = *o0, a1 = *o1, a2 = *o2, a3 = *o3;                                            \
             for (ptrdiff_t j = 0; j < ncols; j++) {                                              \
                 T v = VROW(j)[d0];                                                               \
-                a0 += p0[j] * v; a1 += p1[j] * v; a2 += p2[j] * v; a3 += p3[j] * v;              \
+                a0 = fc_madd_##SUF(p0[j], v, a0); a1 = fc_madd_##SUF(p1[j], v, a1);              \
+                a2 = fc_madd_##SUF(p2[j], v, a2); a3 = fc_madd_##SUF(p3[j], v, a3);              \
             }                                                                                    \
             *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;                                              \
         }                                                                                        \
@@ -156,8 +157,8 @@ static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T
                 a2 += fc_load_##SUF(q2 + d) * kv; a3 += fc_load_##SUF(q3 + d) * kv;              \
             }                                                                                    \
             for (ptrdiff_t l = 0; d < D; d++, l++) {                                             \
-                a0[l] += q0[d] * k[d]; a1[l] += q1[d] * k[d];                                    \
-                a2[l] += q2[d] * k[d]; a3[l] += q3[d] * k[d];                                    \
+                a0[l] = fc_madd_##SUF(q0[d], k[d], a0[l]); a1[l] = fc_madd_##SUF(q1[d], k[d], a1[l]); \
+                a2[l] = fc_madd_##SUF(q2[d], k[d], a2[l]); a3[l] = fc_madd_##SUF(q3[d], k[d], a3[l]); \
             }                                                                                    \
             S[i * lds + j] = fc_hsum_##SUF(a0); S[(i + 1) * lds + j] = fc_hsum_##SUF(a1);        \
             S[(i + 2) * lds + j] = fc_hsum_##SUF(a2); S[(i + 3) * lds + j] = fc_hsum_##SUF(a3);  \
@@ -218,7 +219,7 @@ static inline void fc_gemm_acc_##SUF(const T* A, ptrdiff_t ai, ptrdiff_t ak, ptr
     for (; c0 < ncols; c0++) {                                                                   \
         for (ptrdiff_t i = 0; i < nrows4; i++) {                                                 \
             T a = C[i * ldc + c0];                                                               \
-            for (ptrdiff_t k = 0; k < K; k++) a += A[k * ak + i * ai] * B[k * ldb + c0];         \
+            for (ptrdiff_t k = 0; k < K; k++) a = fc_madd_##SUF(A[k * ak + i * ai], B[k * ldb + c0], a); \
             C[i * ldc + c0] = a;                                                                 \
         }                                                                                        \
     }                                                                                            \

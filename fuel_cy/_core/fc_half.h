@@ -87,8 +87,10 @@ static inline __attribute__((always_inline)) void fc_rowdots2_h16(const float* Q
             for (ptrdiff_t l = 0; d < D; d++, l++) {
                 float u = is_f16 ? fc_f16_bits_to_f32(k0[d]) : fc_bf16_bits_to_f32(k0[d]);
                 float w = is_f16 ? fc_f16_bits_to_f32(k1[d]) : fc_bf16_bits_to_f32(k1[d]);
-                a0[l] += q0[d] * u; a1[l] += q1[d] * u; a2[l] += q2[d] * u; a3[l] += q3[d] * u;
-                b0[l] += q0[d] * w; b1[l] += q1[d] * w; b2[l] += q2[d] * w; b3[l] += q3[d] * w;
+                a0[l] = fc_madd_f32(q0[d], u, a0[l]); a1[l] = fc_madd_f32(q1[d], u, a1[l]);
+                a2[l] = fc_madd_f32(q2[d], u, a2[l]); a3[l] = fc_madd_f32(q3[d], u, a3[l]);
+                b0[l] = fc_madd_f32(q0[d], w, b0[l]); b1[l] = fc_madd_f32(q1[d], w, b1[l]);
+                b2[l] = fc_madd_f32(q2[d], w, b2[l]); b3[l] = fc_madd_f32(q3[d], w, b3[l]);
             }
             float* s = S + i * lds + j;
             s[0] = fc_hsum_f32(a0); s[lds] = fc_hsum_f32(a1); s[2 * lds] = fc_hsum_f32(a2); s[3 * lds] = fc_hsum_f32(a3);
@@ -170,7 +172,8 @@ static inline __attribute__((always_inline)) void fc_pv_h16(const float* P, ptrd
             for (ptrdiff_t j = 0; j < ncols; j++) {
                 uint16_t h = vrows[j][d0];
                 float v = is_f16 ? fc_f16_bits_to_f32(h) : fc_bf16_bits_to_f32(h);
-                a0 += p0[j] * v; a1 += p1[j] * v; a2 += p2[j] * v; a3 += p3[j] * v;
+                a0 = fc_madd_f32(p0[j], v, a0); a1 = fc_madd_f32(p1[j], v, a1);
+                a2 = fc_madd_f32(p2[j], v, a2); a3 = fc_madd_f32(p3[j], v, a3);
             }
             *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;
         }

@@ -192,9 +192,13 @@ def param_f32(kernel: str, name: str, value: Any, optional: bool, clause: str, w
     """An `f32` param: a finite real, rounded to float32 exactly as the contract's kind says."""
     if value is None and optional:
         return None
-    if not _is_real(value) or not math.isfinite(float(value)) or not math.isfinite(float(np.float32(value))):
+    if not _is_real(value) or not math.isfinite(float(value)):
         raise InputError(kernel, f"param {name!r}", f"{clause} (kind f32: a finite real)", f"received {value!r}", where)
-    return float(np.float32(value))
+    with np.errstate(over="ignore"):   # a value beyond float32's range is the error below, not a warning
+        rounded = float(np.float32(value))
+    if not math.isfinite(rounded):
+        raise InputError(kernel, f"param {name!r}", f"{clause} (kind f32: a finite real)", f"received {value!r}", where)
+    return rounded
 
 
 def param_f64(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[float]:
