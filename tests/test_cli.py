@@ -268,6 +268,7 @@ def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(caps
         row("attention_flash_mixed", "F16", "B=1 H=8 S=1024 D=64", 100.0, 0.9, peer="fuel_cy attention_flash f32",
             mode="P in T"),
         row("attention_paged_naive", "F32", "decode", 40.0, 1.5, peer="torch SDPA (contiguous K/V)", pct_copy=60.0),
+        row("attention_paged_naive", "F32", "decode", 40.0, 10.0, peer="torch gather + SDPA"),
     ], "gemm_gflops": 160.0, "peak_gflops": {"f32": 200.0, "f64": 100.0},
         "machine": {"features": ["avx512f", "avx512_bf16"]}}
     judged = {t["target"]: t for t in targets(result)}
@@ -282,13 +283,18 @@ def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(caps
     assert "= 50% of the f32 peak" in judged["mixed f16 flash, P in T: <= 1.0x our f32 flash's time"]["limit"]
     # the bf16 dot product's peak was not measured: no line, as for the memory-bound decode
     assert judged["mixed bf16 flash, P in T: >= 1.5x torch SDPA bf16 (no AMX)"]["limit"] is None
-    assert judged["paged decode >= 2x torch SDPA on contiguous K/V"]["limit"] is None
+    # memory-bound: against the copy rate, the gather peer's row reading its shape's rate
+    assert judged["paged decode >= 2x torch SDPA on contiguous K/V"]["limit"] == (
+        "worst at decode (f32): ours reads K+V at 60% of the copy rate; 2.00x the peer needs 80%")
+    assert judged["paged decode >= 15x torch gather + SDPA"]["limit"] == (
+        "worst at decode (f32): ours reads K+V at 60% of the copy rate; 15.00x the peer needs 90%")
     print_targets(list(judged.values()))
     out = capsys.readouterr().out
     tail = out.split("What the misses measure against the machine:\n")[1]
     # only the misses: the flash and backward rows, the f16 row (the GEMM-rate target is met)
     assert [line.split(":")[0] for line in tail.strip().splitlines()] == [
         "- flash f32 >= 1.2x torch SDPA, non-causal points", "- backward f32 >= 1.3x torch autograd backward (GQA included)",
+        "- paged decode >= 2x torch SDPA on contiguous K/V", "- paged decode >= 15x torch gather + SDPA",
         "- mixed f16 flash, P in T"], tail
 
 

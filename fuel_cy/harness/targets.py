@@ -38,6 +38,26 @@ def compute_kind(row: dict[str, Any], features: set[str]) -> Optional[str]:
     return None
 
 
+def copy_limit(rows: list[dict[str, Any]], goal: float, everything: list[dict[str, Any]]) -> Optional[str]:
+    """A memory-bound ratio target's worst point against the copy rate: the share of it at which we
+    read K + V, and the share the goal would need (the same bytes in the time the goal allows).
+    The row against a second peer carries no read rate: its shape's row against the first does."""
+    measured = [r for r in rows if r.get("ratio")]
+    if not measured:
+        return None
+    r = min(measured, key=lambda x: x["ratio"])
+    pct = r.get("pct_copy")
+    if pct is None:
+        pct = next((x["pct_copy"] for x in everything if x.get("pct_copy") is not None and x["kernel"] == r["kernel"]
+                    and x["dtype"] == r["dtype"] and x["shape"] == r["shape"]), None)
+    if pct is None:
+        return None
+    need = pct * goal / r["ratio"]
+    reach = ", more than the copy rate" if need > 100 else ""
+    return (f"worst at {r['shape']} ({r['dtype'].lower()}): ours reads K+V at {pct:.0f}% of the copy rate; "
+            f"{goal:.2f}x the peer needs {need:.0f}%{reach}")
+
+
 def ratio_limit(rows: list[dict[str, Any]], goal: float, peaks: dict[str, float], features: set[str]) -> Optional[str]:
     """A ratio target's worst point against the arithmetic peak: our rate, the rate the goal needs
     (goal times the peer's, both counting the same flops) and each as a share of the peak.  A
@@ -74,6 +94,11 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     def ratios(pred: Callable[[dict[str, Any]], bool]) -> list[float]:
         return [r["ratio"] for r in rows if r.get("ratio") is not None and pred(r)]
 
+    def against_copy(name: str, pred: Callable[[dict[str, Any]], bool], goal: float) -> dict[str, Any]:
+        # a memory-bound ratio target whose miss is measured against the copy rate (copy_limit)
+        return check(name, ratios(pred), goal,
+                     limit=copy_limit([r for r in rows if r.get("ratio") is not None and pred(r)], goal, rows))
+
     def against_peak(name: str, pred: Callable[[dict[str, Any]], bool], goal: float) -> dict[str, Any]:
         # a ratio target whose miss is measured against the arithmetic peak (ratio_limit)
         return check(name, ratios(pred), goal,
@@ -108,11 +133,12 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                      1.1),
         against_peak("backward f32 >= 1.3x torch autograd backward (GQA included)",
                      lambda r: r["kernel"] == "attention_flash_backward" and r["dtype"] == "F32", 1.3),
-        check("paged decode >= 2x torch SDPA on contiguous K/V", ratios(lambda r: r["peer"] == "torch SDPA (contiguous K/V)"), 2.0),
+        against_copy("paged decode >= 2x torch SDPA on contiguous K/V", lambda r: r["peer"] == "torch SDPA (contiguous K/V)",
+                     2.0),
         check("paged decode K+V read >= 70% of the copy rate",
               [r["pct_copy"] for r in rows if r.get("pct_copy") is not None and r["kernel"] == "attention_paged_naive"],
               70.0, "{:.0f}%"),
-        check("paged decode >= 15x torch gather + SDPA", ratios(lambda r: r["peer"] == "torch gather + SDPA"), 15.0),
+        against_copy("paged decode >= 15x torch gather + SDPA", lambda r: r["peer"] == "torch gather + SDPA", 15.0),
         check("naive f32 within 2x of flash (ratio >= 0.5)",
               ratios(lambda r: r["kernel"] == "attention_naive" and str(r["peer"]).startswith("fuel_cy")), 0.5),
         check("bf16 math in T within 4x of f32 (ratio >= 0.25)", ratios(math_in_t("BF16")), 0.25),
@@ -135,7 +161,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
     out += [
         check("mixed flash bf16/f16 >= 1.0x torch SDPA in that dtype", ratios(mixed("attention_flash_mixed")), 1.0),
-        check("mixed paged decode >= 2x torch SDPA in that dtype", ratios(mixed("attention_paged_mixed")), 2.0),
+        against_copy("mixed paged decode >= 2x torch SDPA in that dtype", mixed("attention_paged_mixed"), 2.0),
         check("mixed paged decode K+V read >= 70% of the copy rate",
               [r["pct_copy"] for r in rows if r["kernel"] == "attention_paged_mixed" and r.get("pct_copy") is not None],
               70.0, "{:.0f}%"),
