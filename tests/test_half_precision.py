@@ -96,6 +96,30 @@ def test_bf16_instruction_rounding_differs_only_on_f32_subnormals(which):
     assert not np.array_equal(_bits(ours)[sub], _bits(theirs)[sub])
 
 
+def test_the_forwards_pairing_gives_vdpbf16ps_the_exactly_rounded_weights():
+    """The mixed forward's round_p on vdpbf16ps leaves its weights unrounded and lets the pairing
+    round them (fc_bf16_pair_exact, then vcvtne2ps2bf16, which reads f32 subnormals as zero).  What
+    vdpbf16ps then reads must be the exactly rounded weight as it reads that (a bf16 subnormal as
+    zero): for every non-negative weight, every f32 subnormal among them, and the edge where the
+    exact rounding carries a subnormal up to 2^-126."""
+    x = _interesting_floats()
+    edge = np.arange(0x007F0000, 0x00800800, dtype=np.uint32).view(np.float32)   # around 2^-126
+    x = np.concatenate([x[x >= 0], edge, np.float32([0, 2.0**-126, 1, 0.5])])
+    ours = core()._test_round_vec(x, "bf16-pair-exact")
+    if ours is None:
+        assert "avx512_bf16" not in fuel_cy.build_info()["levels"][fuel_cy.runtime.cpu.capability()]["features"]
+        return
+    exact = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    def as_read(v):   # vdpbf16ps reads a bf16 subnormal as zero
+        v = v.copy()
+        v[(v != 0) & (np.abs(v) < np.float32(2.0**-126))] = 0
+        return v
+
+    assert ((exact == np.float32(2.0**-126)) & (x < np.float32(2.0**-126))).sum() >= 0x8000   # the carried edge
+    assert np.array_equal(_bits(as_read(ours)), _bits(as_read(exact)))
+
+
 @pytest.mark.parametrize("code,dtype", [("BF16", ml_dtypes.bfloat16), ("F16", np.float16)])
 def test_half_inputs_widen_and_outputs_narrow_exactly(code, dtype):
     """Every half bit pattern (NaNs aside) widens to the float32 that ml_dtypes/NumPy give, and

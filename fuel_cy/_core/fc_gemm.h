@@ -537,8 +537,25 @@ static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdif
         for (; i + 4 <= nrows; i += 4) FC_PV_DPBF16_BLOCK(4, NV)                                 \
         for (; i < nrows; i++) FC_PV_DPBF16_BLOCK(1, NV)                                         \
     }
+/* A non-negative float32 weight about to be paired by vcvtne2ps2bf16 (round to nearest even, f32
+ * subnormals read as zero) so that its product on vdpbf16ps is that of the weight rounded exactly
+ * (fc_rbf16_exact_v): the integer rounding sends f32 subnormals from 0x007F8000 up to bf16's least
+ * normal 2^-126, which vdpbf16ps reads as it is, and the smaller ones to bf16 subnormals, which it
+ * reads as zero, as the instruction's own reading does.  So those become 2^-126 first. */
+static inline __m512 fc_bf16_pair_exact(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __mmask16 up = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(u, _mm512_set1_epi32(0x007F8000)),
+                                           _mm512_set1_epi32(0x8000));
+    return _mm512_mask_mov_ps(x, up, _mm512_castsi512_ps(_mm512_set1_epi32(0x00800000)));
+}
+/* O += P V on P's and V's key pairs (Vp: fc_pack_v_pairs_bf16's), P paired into Pp as it goes.
+ * exact: P holds the forward's non-negative float32 weights, not rounded yet: the pairing rounds
+ * them to the exactly rounded weights' products (fc_bf16_pair_exact; the exp pass then skips its
+ * integer rounding, a third of its instructions); else P's values pair as vcvtne2ps2bf16 reads
+ * them (bf16 values already, or the backward's dS). */
 static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
-                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp) {
+                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp,
+                                    int exact) {
     ptrdiff_t K2 = (ncols + 1) / 2;
     for (ptrdiff_t r = 0; r < nrows; r++) {
         const float* p = P + r * ldp;
@@ -548,6 +565,10 @@ static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nro
             __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
             __mmask16 m1 = n >= 32 ? 0xffff : (n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0);
             __m512 a = _mm512_maskz_loadu_ps(m0, p + j), b = _mm512_maskz_loadu_ps(m1, p + j + 16);
+            if (exact) {
+                a = fc_bf16_pair_exact(a);
+                b = fc_bf16_pair_exact(b);
+            }
             _mm512_storeu_si512(pp + j / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
         }
     }
@@ -570,8 +591,9 @@ static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdif
     (void)Qp; (void)nrows4; (void)D2; (void)Kp; (void)S; (void)lds; (void)ncols;  /* never called */
 }
 static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
-                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp) {
-    (void)P; (void)ldp; (void)nrows; (void)ncols; (void)Vp; (void)D; (void)O; (void)ldo; (void)Pp;  /* never called */
+                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp,
+                                    int exact) {
+    (void)P; (void)ldp; (void)nrows; (void)ncols; (void)Vp; (void)D; (void)O; (void)ldo; (void)Pp; (void)exact;  /* never called */
 }
 static inline void fc_qk_dpbf16_part(const uint32_t* Qp, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t D2, ptrdiff_t p0,
                                      const uint32_t* Kp, float* S, ptrdiff_t lds, ptrdiff_t j_begin,

@@ -5,9 +5,11 @@
 #include "fc_isa.h"
 #include "fc_half.h"
 #include "fc_exp.h"
+#include "fc_gemm.h"
 
 /* Testing hook: apply one of the vector roundings (0: bf16 integer, 1: bf16 instruction,
- * 2: f16, 4: bf16 instruction with the subnormal check, 5: its one-float form) to n floats. */
+ * 2: f16, 4: bf16 instruction with the subnormal check, 5: its one-float form, 6: the forward's
+ * exact pairing of non-negative weights, fc_bf16_pair_exact then the instruction) to n floats. */
 static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, int which) {
     for (ptrdiff_t i = 0; i < n; i += 2 * FC_W32) {  /* 3: the pair form used by the bf16 GEMMs */
         float buf[2 * FC_W32] = {0};
@@ -19,6 +21,11 @@ static inline void fc_round_vec_array(const float* x, float* out, ptrdiff_t n, i
         } else if (which == 4) {
             v0 = fc_rbf16_cvt_checked_v(v0);
             v1 = fc_rbf16_cvt_checked_v(v1);
+        } else if (which == 6) {
+#if FC_HAVE_DPBF16
+            v0 = fc_rbf16_cvt_v((fc_vec_f32)fc_bf16_pair_exact((__m512)v0));
+            v1 = fc_rbf16_cvt_v((fc_vec_f32)fc_bf16_pair_exact((__m512)v1));
+#endif
         } else if (which == 5) {
             for (ptrdiff_t k = 0; k < m; k++) buf[k] = fc_round_bf16_cvt_checked(buf[k]);
             memcpy(out + i, buf, (size_t)m * 4);

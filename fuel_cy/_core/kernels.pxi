@@ -178,7 +178,7 @@ cdef inline void pv_bf16_rounded(float* P, Py_ssize_t ldp, Py_ssize_t nr4, Py_ss
     else it holds bf16 values already): vdpbf16ps on P's and V's pairs (vpairs: this tile's,
     fc_pack_v_pairs_bf16; the pairing rounds), or on the tiles one product per block."""
     if FC_HAVE_DPBF16 and vpairs != NULL and not fc_bf16_on_tiles():
-        fc_pv_dpbf16_vec(P, ldp, nr4, nc, vpairs, D, O, ldo, Pp)
+        fc_pv_dpbf16_vec(P, ldp, nr4, nc, vpairs, D, O, ldo, Pp, False)
     else:
         if round_first:
             fc_round_rows_half(P, ldp, nr4, nc, 0)
@@ -347,6 +347,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         if lds > BC_DECODE:
             lds = BC_DECODE
     toff = wbase = wend = 0   # the tile's first column in S; the run of keys whose dots S holds
+    # round_p's bf16 weights where P V runs on V's pairs alone (vdpbf16ps): the exp pass leaves
+    # them in float32 and the pairing rounds them (fc_pv_dpbf16_vec's `exact`): the same products
+    # without the exp pass's integer rounding
+    cdef int rp_exp = 0 if (o.round_p == 1 and lds == BC and vrow16 == NULL and vbase == NULL) else o.round_p
     for t in range(ntiles):
         j0 = t * BC
         if j0 >= kend:
@@ -450,7 +454,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             else:
                 if real_t is float:  # vector exp and sum in C (fc_exp.h)
                     # (round_p: the weights stored rounded to T for P V, their sum unrounded)
-                    li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, o.round_p)
+                    li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, rp_exp)
                 else:
                     li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
                 l[r] = R(tag, R(tag, l[r] * alpha) + li)
@@ -482,7 +486,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             continue
         if vbase == NULL:   # (only V's bf16 pairs are at hand: the round_p product on them)
             if rnd_t is RoundNone and real_t is float:
-                fc_pv_dpbf16_vec(S, BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D, D, O, D, Pp)
+                fc_pv_dpbf16_vec(S, BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D, D, O, D, Pp,
+                                 rp_exp != o.round_p)
             continue
         for jj in range(nc):
             rows[jj] = vbase + key_row(o, j0 + jj) * ldv
@@ -983,7 +988,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     if rnd_t is RoundNone and real_t is float:
                         if rvec:   # (Tt is free once dS is done: it holds dS's pairs)
                             fc_pv_dpbf16_vec(dP + (j0 - kofs), Skp, nr4, nc, kvp + (task * ntiles + t) * (BC // 2) * D,
-                                             D, dQa, D, <unsigned int*>Tt)
+                                             D, dQa, D, <unsigned int*>Tt, False)
                         else:
                             fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D, NULL,
                                         nterms)

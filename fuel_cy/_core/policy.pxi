@@ -68,7 +68,7 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pair_rows_t_bf16(const float* X, Py_ssize_t ldx, Py_ssize_t nrows, Py_ssize_t D, unsigned int* out)
     # fc_gemm.h: O += P V with P rounded to bf16 by the conversion, on vdpbf16ps (round_p)
     void fc_pv_dpbf16_vec(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols,
-                          const unsigned int* Vp, Py_ssize_t D, float* O, Py_ssize_t ldo, unsigned int* Pp)
+                          const unsigned int* Vp, Py_ssize_t D, float* O, Py_ssize_t ldo, unsigned int* Pp, int exact)
     # and the backward's dV/dK products there, into accumulators held transposed ([D][keys])
     bint fc_bf16_on_tiles()
     enum: FC_AMX_TN_ROWS   # query rows per call on the tiles, at most

@@ -31,11 +31,12 @@ def _test_round(float[::1] x, str code):
 def _test_round_vec(float[::1] x, str which):
     """Testing hook: the vector roundings of the half-type GEMMs and row passes ("bf16-int",
     "bf16-cvt", "bf16-cvt-pair", "f16", "bf16-cvt-checked" and its one-float form
-    "bf16-cvt-checked-scalar").  Returns None for the bf16 instruction forms when this build has
-    no AVX512-BF16."""
+    "bf16-cvt-checked-scalar", and "bf16-pair-exact": the values vdpbf16ps reads from the mixed
+    forward's pairing of its unrounded weights).  Returns None for the bf16 instruction forms when
+    this build has no AVX512-BF16."""
     cdef int w = {"bf16-int": 0, "bf16-cvt": 1, "f16": 2, "bf16-cvt-pair": 3, "bf16-cvt-checked": 4,
-                  "bf16-cvt-checked-scalar": 5}[which]
-    if w in (1, 3, 4, 5) and not FC_HAVE_BF16_CVT:
+                  "bf16-cvt-checked-scalar": 5, "bf16-pair-exact": 6}[which]
+    if w in (1, 3, 4, 5, 6) and not FC_HAVE_BF16_CVT:
         return None
     out = _np.empty(x.shape[0], dtype=_np.float32)
     cdef float[::1] o = out
