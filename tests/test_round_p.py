@@ -104,6 +104,36 @@ def test_round_p_bits_do_not_depend_on_threads(tname):
     assert one == two
 
 
+def test_a_weight_rounded_up_to_bf16s_least_normal_enters_p_v():
+    """round_p rounds each weight exactly to bf16, so one a hair below 2^-126 (an f32 subnormal)
+    becomes 2^-126, bf16's least normal, and multiplies V like any other weight, in every bf16
+    product form of this level (on vdpbf16ps, which reads subnormals as zero, the pairing rounds it:
+    fc_bf16_pair_exact)."""
+    # key 0 scores 0 (weight 1) against a zero V row; key 1 scores x, e^x = 2^-126 (1 - 2^-9), the
+    # middle of the f32 subnormals that round up to 2^-126 (0x007F8000 .. 0x007FFFFF), against 2^100
+    x = np.log(2.0**-126 * (1 - 2.0**-9))
+    d = 16
+    q = np.zeros((1, 1, 16, d), np.float32)   # (more than one query: a decode step takes another path)
+    q[..., 0] = 1
+    k = np.zeros((1, 1, 2, d), np.float32)
+    k[0, 0, 1, 0] = -87.5
+    v = np.zeros((1, 1, 2, d), np.float32)
+    v[0, 0, 1] = 2.0**100
+    q, k, v = (a.astype(BF16) for a in (q, k, v))
+    scale = float(np.float32(x / -87.5))
+    qp, kp, vp = (np.ascontiguousarray(a[0].transpose(1, 0, 2)) for a in (q, k, v))
+    # the levels without AVX-512 take a lean exp that flushes weights below ~2e-38 to 0 (fc_exp.h
+    # fc_expf_v): there the weight is 0 before any rounding, and so is the output
+    level = fuel_cy.runtime.cpu.capability()
+    expected = 2.0**-26 if "avx512f" in fuel_cy.build_info()["levels"][level]["features"] else 0.0
+    for _ in _each_form():
+        for out in (fuel_cy.attention_flash_mixed(q, k, v, softmax_scale=scale, round_p=True),
+                    fuel_cy.attention_varlen(qp, kp, vp, np.array([0, 16], np.uint32), np.array([0, 2], np.uint32),
+                                             softmax_scale=scale)):
+            out = np.asarray(out, np.float64)
+            assert (out == expected).all(), (level, out)   # 2^-126 * 2^100 over a denominator of 1 (+ 2^-126)
+
+
 def test_round_p_decode_step_reads_the_cache_in_place():
     """A decode step (one query row, K and V read in their 16-bit storage) rounds P too."""
     q, k, v, _ = attention_inputs(1, 4, 2, 1, 300, 64, BF16, False, seed=6)

@@ -87,13 +87,14 @@ static inline fc_vec_##SUF fc_load_##SUF(const T* p) { fc_vec_##SUF v; memcpy(&v
 static inline void fc_store_##SUF(T* p, fc_vec_##SUF v) { memcpy(p, &v, FC_VBYTES); }
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_VEC)
 
-/* a * b + c with one rounding where the level has FMA instructions and two where it has none: what
- * contraction makes of the vector loops' `acc += x * y`.  The scalar tails (D % W columns, the
- * last keys of a dot) call it, so their sums are the vector loops' however the compiler
- * vectorizes them: left to contraction, one copy of a tail was vectorized with masked epilogues
- * whose multiplies and adds stayed apart while another copy fused them, and a paged varlen chunk
+/* a * b + c with one rounding where the target has fused multiply-adds (__FP_FAST_FMAF: x86 with
+ * FMA, aarch64) and two where it has none: what contraction makes of the vector loops'
+ * `acc += x * y` at -O2 and above (an -O1 build leaves those unfused).  The scalar tails (D % W
+ * columns, the last keys of a dot) call it, so that every copy of a tail sums alike however the
+ * compiler vectorizes it: left to contraction, one copy was vectorized with masked epilogues whose
+ * multiplies and adds stayed apart while another copy fused them, and a paged varlen chunk
  * differed from the packed one in the last bit at D % 16 != 0. */
-#if defined(__FMA__)
+#if defined(__FP_FAST_FMAF) && defined(__FP_FAST_FMA)
 static inline float fc_madd_f32(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 static inline double fc_madd_f64(double a, double b, double c) { return __builtin_fma(a, b, c); }
 #else

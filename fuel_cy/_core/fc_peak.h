@@ -6,7 +6,9 @@
  * Each loop is register-only: FC_PEAK_CHAINS independent multiply-add chains on the level's widest
  * vectors, so neither memory nor the operation's latency limits it (the chains cover 4-cycle
  * latency times two FMA ports; AVX2 and SSE have 16 registers and keep 12).  Values stay near 1:
- * no subnormals, no overflow.  Each returns a sum of its accumulators, so the loop is not dead. */
+ * no subnormals, no overflow.  Each stores a sum of its accumulators in a volatile, so the loop is
+ * not dead even where its caller drops the result (a build without OpenMP, whose prange is a
+ * plain loop with no reduction to keep). */
 #ifndef FUEL_CY_FC_PEAK_H
 #define FUEL_CY_FC_PEAK_H
 #include "fc_isa.h"
@@ -20,6 +22,8 @@
 /* Flops per iteration of each loop: two per multiply-add per lane per chain. */
 #define FC_PEAK_FLOPS_F32 (2.0 * FC_W32 * FC_PEAK_CHAINS)
 #define FC_PEAK_FLOPS_F64 (2.0 * FC_W64 * FC_PEAK_CHAINS)
+
+static volatile double fc_peak_sink;
 
 #define FC_PEAK_LOOP(SUF, T)                                                                     \
     static double fc_peak_loop_##SUF(long iters) {                                               \
@@ -37,6 +41,7 @@
         }                                                                                        \
         double s = 0;                                                                            \
         for (int c = 0; c < FC_PEAK_CHAINS; c++) s += (double)fc_hsum_##SUF(acc[c]);             \
+        fc_peak_sink = s;                                                                        \
         return s;                                                                                \
     }
 FC_PEAK_LOOP(f32, float)
@@ -57,6 +62,7 @@ static double fc_peak_loop_bf16(long iters) {
     }
     double s = 0;
     for (int c = 0; c < FC_PEAK_CHAINS; c++) s += (double)_mm512_reduce_add_ps(acc[c]);
+    fc_peak_sink = s;
     return s;
 }
 #else

@@ -32,10 +32,10 @@ def peak_gflops(str kind, int nthreads, double seconds=0.1, int reps=5):
     None at a level without AVX512-BF16).  The best of `reps` runs of about `seconds` each: a
     ceiling, so noise must not lower it."""
     cdef int which = {"f32": 0, "f64": 1, "bf16": 2}[kind]
-    if which == 2 and not FC_PEAK_HAVE_BF16:
-        return None
     if nthreads < 1:
         raise ValueError(f"peak_gflops: nthreads must be >= 1, got {nthreads}")
+    if which == 2 and not FC_PEAK_HAVE_BF16:
+        return None
     cdef double flops = (FC_PEAK_FLOPS_F32, FC_PEAK_FLOPS_F64, FC_PEAK_FLOPS_BF16)[which]
     cdef long iters = 1 << 16
     cdef double t0, best = 0

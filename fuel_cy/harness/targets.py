@@ -28,8 +28,7 @@ def compute_kind(row: dict[str, Any], features: set[str]) -> Optional[str]:
         return None
     if dtype in ("F32", "F64"):
         return dtype.lower()
-    mixed = row["kernel"].endswith("_mixed") or row["kernel"] in ("attention_varlen", "scaled_dot_product_attention")
-    if not mixed or row.get("mode") != "P in T":
+    if not row["kernel"].endswith("_mixed") or row.get("mode") != "P in T":
         return None
     if dtype == "BF16" and "avx512_bf16" in features and not {"amx_bf16", "amx_tile"} <= features:
         return "bf16"
@@ -60,8 +59,8 @@ def copy_limit(rows: list[dict[str, Any]], goal: float, everything: list[dict[st
 
 def ratio_limit(rows: list[dict[str, Any]], goal: float, peaks: dict[str, float], features: set[str]) -> Optional[str]:
     """A ratio target's worst point against the arithmetic peak: our rate, the rate the goal needs
-    (goal times the peer's, both counting the same flops) and each as a share of the peak.  A
-    goal that needs more than the peak, or nearly all of it, is out of this machine's reach."""
+    (goal times the peer's, both counting the same flops) and each as a share of the peak, so a
+    reader sees how much of the machine the goal asks for ("more than the peak": out of reach)."""
     measured = [r for r in rows if r.get("ratio")]
     if not measured:
         return None

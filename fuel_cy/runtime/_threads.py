@@ -54,6 +54,17 @@ def get_num_threads() -> int:
     return n
 
 
+def team_of(n: int) -> int:
+    """The threads a parallel region asked for `n` may start: `n`, recorded as a team that fork
+    does not carry over, or 1 in a process forked after one existed (as get_num_threads)."""
+    global _team_may_exist
+    if _forked_after_team:
+        return 1
+    if n > 1:
+        _team_may_exist = True
+    return n
+
+
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads (n >= 1); ``set_num_threads(0)`` restores the default, read afresh."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:

@@ -121,10 +121,15 @@ def core() -> ModuleType:
 PEAK_KINDS = ("f32", "f64", "bf16")
 
 
-def peak_gflops(kind: str, nthreads: int) -> Optional[float]:
-    """The arithmetic peak of the level in use, measured: GFLOP/s of `nthreads` threads running its
-    register-only multiply-add loop (kind "f32", "f64", or "bf16" for vdpbf16ps, None at a level
-    without it).  The ceiling a compute-bound kernel's rate is judged against (`fuel-cy bench`)."""
+def peak_gflops(kind: str, nthreads: Optional[int] = None) -> Optional[float]:
+    """The arithmetic peak of the level in use, measured: GFLOP/s of `nthreads` threads (default:
+    the kernels' count, get_num_threads) running its register-only multiply-add loop (kind "f32",
+    "f64", or "bf16" for vdpbf16ps, None at a level without it).  The ceiling a compute-bound
+    kernel's rate is judged against (`fuel-cy bench`).  In a process forked after a thread team
+    existed it runs on one thread, as the kernels do."""
+    from . import _threads
+
     if kind not in PEAK_KINDS:
         raise ValueError(f"peak_gflops: kind must be one of {', '.join(PEAK_KINDS)}, got {kind!r}")
-    return cast("Optional[float]", core().peak_gflops(kind, nthreads))
+    n = _threads.get_num_threads() if nthreads is None else _threads.team_of(nthreads)
+    return cast("Optional[float]", core().peak_gflops(kind, n))
