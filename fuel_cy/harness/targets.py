@@ -37,14 +37,19 @@ def compute_kind(row: dict[str, Any], features: set[str]) -> Optional[str]:
     return None
 
 
+def _worst(rows: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The row with the lowest measured ratio, or None."""
+    measured = [r for r in rows if r.get("ratio")]
+    return min(measured, key=lambda x: x["ratio"]) if measured else None
+
+
 def copy_limit(rows: list[dict[str, Any]], goal: float, everything: list[dict[str, Any]]) -> Optional[str]:
     """A memory-bound ratio target's worst point against the copy rate: the share of it at which we
     read K + V, and the share the goal would need (the same bytes in the time the goal allows).
     The row against a second peer carries no read rate: its shape's row against the first does."""
-    measured = [r for r in rows if r.get("ratio")]
-    if not measured:
+    r = _worst(rows)
+    if r is None:
         return None
-    r = min(measured, key=lambda x: x["ratio"])
     pct = r.get("pct_copy")
     if pct is None:
         pct = next((x["pct_copy"] for x in everything if x.get("pct_copy") is not None and x["kernel"] == r["kernel"]
@@ -61,10 +66,9 @@ def ratio_limit(rows: list[dict[str, Any]], goal: float, peaks: dict[str, float]
     """A ratio target's worst point against the arithmetic peak: our rate, the rate the goal needs
     (goal times the peer's, both counting the same flops) and each as a share of the peak, so a
     reader sees how much of the machine the goal asks for ("more than the peak": out of reach)."""
-    measured = [r for r in rows if r.get("ratio")]
-    if not measured:
+    r = _worst(rows)
+    if r is None:
         return None
-    r = min(measured, key=lambda x: x["ratio"])
     kind = compute_kind(r, features)
     peak = peaks.get(kind) if kind else None
     if not peak:
@@ -90,19 +94,19 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     features = set(result.get("machine", {}).get("features", ()))
     peaks: dict[str, float] = result.get("peak_gflops") or {}
 
+    def selected(pred: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        return [r for r in rows if r.get("ratio") is not None and pred(r)]
+
     def ratios(pred: Callable[[dict[str, Any]], bool]) -> list[float]:
-        return [r["ratio"] for r in rows if r.get("ratio") is not None and pred(r)]
+        return [r["ratio"] for r in selected(pred)]
 
     def against_copy(name: str, pred: Callable[[dict[str, Any]], bool], goal: float) -> dict[str, Any]:
         # a memory-bound ratio target whose miss is measured against the copy rate (copy_limit)
-        return check(name, ratios(pred), goal,
-                     limit=copy_limit([r for r in rows if r.get("ratio") is not None and pred(r)], goal, rows))
+        return check(name, ratios(pred), goal, limit=copy_limit(selected(pred), goal, rows))
 
     def against_peak(name: str, pred: Callable[[dict[str, Any]], bool], goal: float) -> dict[str, Any]:
         # a ratio target whose miss is measured against the arithmetic peak (ratio_limit)
-        return check(name, ratios(pred), goal,
-                     limit=ratio_limit([r for r in rows if r.get("ratio") is not None and pred(r)], goal, peaks,
-                                       features))
+        return check(name, ratios(pred), goal, limit=ratio_limit(selected(pred), goal, peaks, features))
 
     def flash(r: dict[str, Any]) -> bool:
         return r["kernel"] == "attention_flash" and r["dtype"] == "F32" and r["peer"] == "torch SDPA"
