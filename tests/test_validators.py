@@ -325,3 +325,14 @@ def test_an_f32_param_beyond_float32s_range_is_an_input_error_and_no_warning(val
         msg = input_error_of(fuel_cy.attention_varlen, q, q, q, cu, cu, softmax_scale=value)
     assert msg and "attention_varlen" in msg and "softmax_scale" in msg and "a finite real" in msg, msg
     assert repr(value) in msg, msg
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("value", [10**400, -(10**400), 2**1024], ids=["1e400", "-1e400", "2^1024"])
+def test_a_real_param_beyond_float64s_range_is_an_input_error(dtype, value):
+    """An integer too large for float() itself (float(10**400) raises OverflowError) is a bad param
+    like any other non-finite one: an InputError naming the kernel, the param and the kind, whatever
+    the inputs' dtype."""
+    q = np.zeros((1, 2, 4, 8), dtype)
+    msg = input_error_of(fuel_cy.attention_flash, q, q, q, softmax_scale=value)
+    assert msg and "attention_flash" in msg and "softmax_scale" in msg and "a finite real" in msg, msg

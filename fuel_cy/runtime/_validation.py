@@ -188,11 +188,22 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def _finite(value: Any) -> bool:
+    """A real whose float is finite: an integer beyond float64's range (10**400) overflows float()
+    itself, which must be the param's InputError, not an OverflowError."""
+    if not _is_real(value):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def param_f32(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[float]:
     """An `f32` param: a finite real, rounded to float32 exactly as the contract's kind says."""
     if value is None and optional:
         return None
-    if not _is_real(value) or not math.isfinite(float(value)):
+    if not _finite(value):
         raise InputError(kernel, f"param {name!r}", f"{clause} (kind f32: a finite real)", f"received {value!r}", where)
     with np.errstate(over="ignore"):   # a value beyond float32's range is the error below, not a warning
         rounded = float(np.float32(value))
@@ -204,7 +215,7 @@ def param_f32(kernel: str, name: str, value: Any, optional: bool, clause: str, w
 def param_f64(kernel: str, name: str, value: Any, optional: bool, clause: str, where: str) -> Optional[float]:
     if value is None and optional:
         return None
-    if not _is_real(value) or not math.isfinite(float(value)):
+    if not _finite(value):
         raise InputError(kernel, f"param {name!r}", f"{clause} (kind f64: a finite real)", f"received {value!r}", where)
     return float(value)
 
