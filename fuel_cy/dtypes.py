@@ -15,7 +15,7 @@ class DType(NamedTuple):
     NamedTuple rather than a dataclass because `import fuel_cy` reads it: six times cheaper to
     define.)"""
 
-    code: str  # the contract's spelling: F32, F64, BF16, F16, U32, BOOL
+    code: str  # the contract's spelling: F32, F64, BF16, F16, U32, I32, BOOL
     bytes: int  # storage bytes of one element (`dtype_bytes` in the cost formulas)
     is_float: bool
     numpy_name: str  # the numpy (or ml_dtypes) name: float32, bfloat16, ...
@@ -84,6 +84,9 @@ DTYPES: Mapping[str, DType] = {d.code: d for d in (
     DType("BF16", 2, True, "bfloat16", "ml_dtypes", None, "unsigned short", "RoundBF16", "float", "float32", True, 8, 0),
     DType("F16", 2, True, "float16", "numpy", "NPY_FLOAT16", "unsigned short", "RoundF16", "float", "float32", True, 11, 1),
     DType("U32", 4, False, "uint32", "numpy", "NPY_UINT32", "unsigned int", None, "unsigned int", "uint32", False),
+    # flash-attn's and torch's index dtype: where a contract lists it beside U32 its values must be
+    # >= 0 (checked with the other index rules), and the core reads each as the uint32 it equals
+    DType("I32", 4, False, "int32", "numpy", "NPY_INT32", "int", None, "unsigned int", "uint32", False),
     # a boolean mask: numpy's bool, one byte holding 0 or 1 (True: the pair takes part)
     DType("BOOL", 1, False, "bool", "numpy", "NPY_BOOL", "unsigned char", None, "unsigned char", "bool", False),
 )}

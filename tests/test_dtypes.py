@@ -40,7 +40,9 @@ def test_policies_and_derived_tables():
     assert POLICIES == {"F32": ("RoundNone", "float", "float32"), "F64": ("RoundNone", "double", "float64"),
                         "BF16": ("RoundBF16", "float", "float32"), "F16": ("RoundF16", "float", "float32")}
     assert dtypes.policy("f32", "BF16") == POLICIES["F32"] and dtypes.policy("f32", "F64") == POLICIES["F64"]
-    assert dtypes.policy("T", "U32") is None and INT_WORK == {"U32": ("unsigned int", "uint32"), "BOOL": ("unsigned char", "bool")}
+    assert dtypes.policy("T", "U32") is None and INT_WORK == {"U32": ("unsigned int", "uint32"), "BOOL": ("unsigned char", "bool"),
+                                                            # int32 indices are read as the uint32 they equal
+                                                            "I32": ("unsigned int", "uint32")}
     assert [npy_typenum(c) for c in ("float", "double", "unsigned int")] == \
         ["cnp.NPY_FLOAT32", "cnp.NPY_FLOAT64", "cnp.NPY_UINT32"]
     assert tolerance.UNIT_ROUNDOFF == {"F32": 2.0 ** -24, "F64": 2.0 ** -53, "BF16": 2.0 ** -8, "F16": 2.0 ** -11}

@@ -567,3 +567,59 @@ def test_a_masked_keys_k_row_never_reaches_the_output(dtype):
             assert bits(out[kept]) == bits(clean[kept]), params
             # (the rows that do see a poisoned key are NaN: the test poisons what it claims)
             assert np.isnan(np.asarray(out[4], np.float64)).all()
+
+
+# ---- int32 index arrays (flash-attn's and torch's dtype) ------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_int32_index_arrays_give_the_uint32_bits(dtype):
+    """flash-attn's cu_seqlens are int32 (torch.cumsum(..., dtype=torch.int32)), and so are vLLM's
+    block tables: the contract takes I32 beside U32 for every index array, read as the uint32 each
+    non-negative value equals, so the same bits, forward (packed and paged, seqused_k) and backward,
+    and right against float64."""
+    lens = ([3, 64, 17, 1], [100, 64, 300, 40])
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=5)
+    i32 = lambda x: x.astype(np.int32)  # noqa: E731
+    used = np.array([50, 64, 0, 39], np.uint32)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, seed=5)
+    calls = [((q, k, v, cu_q, cu_k), {"causal": True}, ()),
+             ((q, kp, vp, cu_q, cu_k), {"block_table": table, "seqused_k": used, "window_size_left": 30}, ())]
+    for args, kw, _ in calls:
+        out = fuel_cy.attention_varlen(*args, **kw)
+        got = fuel_cy.attention_varlen(*args[:3], i32(args[3]), i32(args[4]),
+                                       **{n: i32(a) if isinstance(a, np.ndarray) else a for n, a in kw.items()})
+        assert got.dtype == out.dtype and bits(got) == bits(out)
+    expected = reference(q, k, v, cu_q, cu_k, causal=True)
+    assert rel(fuel_cy.attention_varlen(q, k, v, i32(cu_q), i32(cu_k), causal=True), expected) <= bound(
+        CODES[np.dtype(dtype)], 64, 300, compute="f32")
+    do = np.ones_like(q)
+    grads = fuel_cy.attention_varlen_backward(q, k, v, do, cu_q, cu_k, seqused_k=used, causal=True)
+    grads32 = fuel_cy.attention_varlen_backward(q, k, v, do, i32(cu_q), i32(cu_k), seqused_k=i32(used), causal=True)
+    assert all(bits(a) == bits(b) for a, b in zip(grads, grads32))
+
+
+@pytest.mark.parametrize("which", ["cu_seqlens_q", "cu_seqlens_k", "block_table", "seqused_k"])
+def test_a_negative_int32_index_is_an_input_error(which):
+    """An int32 index array's values must be >= 0 (the contract reads each as the uint32 it equals):
+    a negative block id would pass the bound `< NB` as a small number and be read by the core as one
+    past 2**31, and a negative seqused_k the bound `<= lk`. Each is an InputError naming the array and
+    the first negative element, before any compute."""
+    lens = ([3, 6], [10, 20])
+    q, k, v, cu_q, cu_k = packed(*lens, 4, 2, 16, np.float32, seed=3)
+    kp, vp, table = paged_pool(k, v, cu_k, 4, seed=3)
+    args = {"cu_seqlens_q": cu_q.astype(np.int32), "cu_seqlens_k": cu_k.astype(np.int32),
+            "block_table": table.astype(np.int32), "seqused_k": np.array([5, 7], np.int32)}
+    bad = args[which].copy()
+    bad.flat[-1] = -7
+    args[which] = bad
+    at = ", ".join(str(int(i)) for i in np.unravel_index(bad.size - 1, bad.shape))
+    for kernel, extra in ((fuel_cy.attention_varlen, ()), (fuel_cy.attention_varlen_backward, (np.ones_like(q),))):
+        if kernel is fuel_cy.attention_varlen_backward and which == "block_table":
+            continue   # (the backward takes packed keys only)
+        keys = (kp, vp) if kernel is fuel_cy.attention_varlen else (k, v)
+        kw = {"seqused_k": args["seqused_k"]}
+        if kernel is fuel_cy.attention_varlen:
+            kw["block_table"] = args["block_table"]
+        msg = input_error_of(kernel, q, *keys, *extra, args["cu_seqlens_q"], args["cu_seqlens_k"], **kw)
+        assert msg and kernel.__name__ in msg and f"input {which!r}" in msg and ">= 0" in msg, msg
+        assert f"{which}[{at}] = -7" in msg, msg

@@ -78,6 +78,14 @@ cdef inline const void* _ptr(object a, int typenum) except? NULL:
     return NULL if a is None else _data(a, typenum)
 
 
+cdef inline object _index(object x):
+    """An index input as the uint32 array the drivers read: an int32 one (the contract's I32,
+    whose values the validators found >= 0) viewed as the uint32 it equals, bit for bit."""
+    if x is not None and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_INT32:
+        return x.view(_np.uint32)
+    return x
+
+
 cdef inline object _out(str slot, object like, object npwork, bint narrow, int typenum):
     """An output's work array: a reused temporary when it is narrowed to T afterwards, else the
     fresh array handed out."""
@@ -215,6 +223,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_VARLEN_BACKWARD or driver == _DRV_VARLEN_BACKWARD_HALF:
         q, k, v, do, cu_q, cu_k, s, used, dlse = ins
+        cu_q, cu_k, used = _index(cu_q), _index(cu_k), _index(used)
         # [Hq, Tq] float32 (a dim of 1 broadcasts: expanded here)
         if dlse is not None:
             dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 1), _dim(q, 0))), _np.float32)
@@ -285,6 +294,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         return _from_work(out, code, nthreads) if narrow else out
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
         q, k, v, cu_q, cu_k, s, table, used = ins
+        cu_q, cu_k, table, used = _index(cu_q), _index(cu_k), _index(table), _index(used)
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
         # [SB, Hq] slopes (the contract reads [Hq] as [1, Hq]): per sequence, or one set for all

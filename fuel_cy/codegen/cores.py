@@ -55,11 +55,14 @@ BACKWARD = Driver("attention_flash_backward", FORWARD_DIMS,
                    _SLOPES),
                   ("dq", "dk", "dv"), ("softmax_scale",))
 
+# the varlen drivers' index arrays: uint32, or int32 as flash-attn and torch make them (the entry
+# views a validated, non-negative int32 array as the uint32 it equals: entries.pxi _index)
+INDEX = "U32|I32"
 VARLEN = Driver("attention_varlen", ("Tq", "NB", "BS", "B1", "Hq", "Hkv", "D"),
                 (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
-                 DriverInput("cu_seqlens_q", "U32"), DriverInput("cu_seqlens_k", "U32"),
-                 DriverInput("alibi_slopes", "F32", optional=True), DriverInput("block_table", "U32", optional=True),
-                 DriverInput("seqused_k", "U32", optional=True)),
+                 DriverInput("cu_seqlens_q", INDEX), DriverInput("cu_seqlens_k", INDEX),
+                 DriverInput("alibi_slopes", "F32", optional=True), DriverInput("block_table", INDEX, optional=True),
+                 DriverInput("seqused_k", INDEX, optional=True)),
                 ("out", "lse"), ("softmax_scale",), mask_alignment="bottom_right")
 
 MASKED = Driver("attention_masked", FORWARD_DIMS,
@@ -71,9 +74,9 @@ MASKED = Driver("attention_masked", FORWARD_DIMS,
 # keys only for varlen: no block_table)
 VARLEN_BACKWARD = Driver("attention_varlen_backward", VARLEN.dims,
                          (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
-                          DriverInput("do_grad", "T"), DriverInput("cu_seqlens_q", "U32"),
-                          DriverInput("cu_seqlens_k", "U32"), DriverInput("alibi_slopes", "F32", optional=True),
-                          DriverInput("seqused_k", "U32", optional=True), DriverInput("dlse", "F32", optional=True)),
+                          DriverInput("do_grad", "T"), DriverInput("cu_seqlens_q", INDEX),
+                          DriverInput("cu_seqlens_k", INDEX), DriverInput("alibi_slopes", "F32", optional=True),
+                          DriverInput("seqused_k", INDEX, optional=True), DriverInput("dlse", "F32", optional=True)),
                          ("dq", "dk", "dv"), ("softmax_scale",), mask_alignment="bottom_right")
 
 MASKED_BACKWARD = Driver("attention_masked_backward", FORWARD_DIMS,

@@ -3,7 +3,8 @@
 - softcap: the score becomes tanh(s / c) * c, so c must be > 0.
 - k_len: "None => full Sk; a live prefix" -- so 0 <= k_len <= Sk.
 - varlen: cu_seqlens_q / cu_seqlens_k are B + 1 offsets from 0, non-decreasing, ending at the
-  packed row counts of q and k (k's paged, with block_table: a table row holds each sequence).
+  packed row counts of q and k (k's paged, with block_table: a table row holds each sequence);
+  int32 index arrays hold no negative value.
 - paged: "physical block index bounds-checked against num_blocks" for every block a sequence
   reads, and context_lens[b] may not exceed the table's capacity (max_blocks_per_seq * block_size).
   These run with the GIL, before any compute, so the nogil core never reads out of bounds.
@@ -53,6 +54,20 @@ def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
                          f"block_table[{b}, {slot}] = {int(table[b, slot])} but num_blocks = {num_blocks}", where)
 
 
+def _nonnegative(kernel: str, name: str, x: Any, where: str) -> None:
+    """An int32 index array (flash-attn's and torch's dtype, read as the uint32 it equals) holds
+    no negative value: a negative block id or count would pass every bound below as a small
+    number and be read by the core as one past 2**31."""
+    if x is None or np.asarray(x).dtype != np.int32:
+        return
+    neg = np.argwhere(np.asarray(x) < 0)
+    if neg.size:
+        at = tuple(int(i) for i in neg[0])
+        shown = ", ".join(str(i) for i in at)
+        raise InputError(kernel, f"input {name!r}", "prose: int32 index values are >= 0 (read as the uint32 they equal)",
+                         f"{name}[{shown}] = {int(np.asarray(x)[at])}", where)
+
+
 def _offsets(kernel: str, name: str, cu_in: Any, total: Optional[int], rows: str, where: str) -> np.ndarray:
     """B + 1 offsets from 0, non-decreasing, ending at `total` rows (`rows` says whose) unless None."""
     cu = np.asarray(cu_in).astype(np.int64)
@@ -80,6 +95,8 @@ def _cu_seqlens(kernel: str, arrays: dict, params: dict, where: str) -> None:
     (every block it reads below NB); seqused_k[b] at most that count; max_seqlen_q/_k, when
     given, at least every lq/lk.  So every row a sequence reads lies inside the arrays."""
     q, k, table, used = arrays["q"], arrays["k"], arrays.get("block_table"), arrays.get("seqused_k")
+    for name in ("cu_seqlens_q", "cu_seqlens_k", "block_table", "seqused_k"):
+        _nonnegative(kernel, name, arrays.get(name), where)
     cu_q = _offsets(kernel, "cu_seqlens_q", arrays["cu_seqlens_q"], q.shape[0], "q.shape[0]", where)
     nb, bs = k.shape[0], k.shape[1]
     cu_k = _offsets(kernel, "cu_seqlens_k", arrays["cu_seqlens_k"], None if table is not None else nb * bs,
