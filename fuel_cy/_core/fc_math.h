@@ -89,10 +89,6 @@ static inline float fc_f16_bits_to_f32(uint16_t h) {
     }
     return fc_u2f(sign | ((e + 112u) << 23) | (m << 13));
 }
-/* one stored bf16 (is_f16 0) or f16 (1) element as the float it is, exactly */
-static inline float fc_half_bits_to_f32(uint16_t h, int is_f16) {
-    return is_f16 ? fc_f16_bits_to_f32(h) : fc_bf16_bits_to_f32(h);
-}
 /* The same rounding in branch-free f32 arithmetic, so that gcc vectorizes the element-wise loops
  * that call it (a scalar vcvtps2ph per element kept them scalar): adding c = 1.5 * 2^(e+13),
  * whose spacing is the binary16 spacing at x's exponent e (2^-24 below 2^-14), rounds x to
