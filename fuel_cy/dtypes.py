@@ -56,7 +56,7 @@ class DType(NamedTuple):
     def narrow(self) -> bool:
         """Stored narrower than the core computes: widened exactly on the way in, each output
         element rounded to T on the way out."""
-        return self.numpy_name != self.work_numpy
+        return self.is_float and self.numpy_name != self.work_numpy   # (I32 is read as U32 bits: not narrower)
 
     @property
     def rounds_each_step(self) -> bool:

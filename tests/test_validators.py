@@ -334,5 +334,8 @@ def test_a_real_param_beyond_float64s_range_is_an_input_error(dtype, value):
     like any other non-finite one: an InputError naming the kernel, the param and the kind, whatever
     the inputs' dtype."""
     q = np.zeros((1, 2, 4, 8), dtype)
-    msg = input_error_of(fuel_cy.attention_flash, q, q, q, softmax_scale=value)
-    assert msg and "attention_flash" in msg and "softmax_scale" in msg and "a finite real" in msg, msg
+    # attention_flash's softmax_scale is of kind f32, attention_masked's of kind f64
+    for kernel, kind in ((fuel_cy.attention_flash, "f32"), (fuel_cy.attention_masked, "f64")):
+        msg = input_error_of(kernel, q, q, q, softmax_scale=value)
+        assert msg and kernel.__name__ in msg and "softmax_scale" in msg, msg
+        assert f"kind {kind}: a finite real" in msg, msg

@@ -263,23 +263,27 @@ def test_empty_offsets_are_an_input_error():
     assert "B + 1 >= 1" in str(e.value)
 
 
+@pytest.mark.parametrize("index", [np.uint32, np.int32])
 @pytest.mark.parametrize("seed", range(30))
-def test_the_typed_offset_check_accepts_what_the_python_rule_does(seed):
+def test_the_typed_offset_check_accepts_what_the_python_rule_does(seed, index):
     """The validators' typed copy of the offsets rule (fastcheck.pxi) against the rule it copies
-    (_prose_checks._cu_seqlens), on offsets that are right or wrong in each way: the call raises
-    exactly when the rule raises, with its message."""
+    (_prose_checks._cu_seqlens), on offsets that are right or wrong in each way, uint32 and int32
+    (negative ones too): the call raises exactly when the rule raises, with its message."""
     from fuel_cy.runtime import _prose_checks
 
     rng = np.random.default_rng(seed)
     q, k, v, cu_q, cu_k = packed([4, 0, 9], [7, 3, 0], 2, 1, 8, np.float32)
+    cu_q, cu_k = cu_q.astype(index), cu_k.astype(index)
     for cu in (cu_q, cu_k):
-        how = rng.integers(0, 4)
+        how = rng.integers(0, 5 if index == np.int32 else 4)
         if how == 1:
-            cu[rng.integers(0, cu.size)] += np.uint32(rng.integers(1, 3))
+            cu[rng.integers(0, cu.size)] += index(rng.integers(1, 3))
         elif how == 2:
-            cu[0] = np.uint32(rng.integers(1, 3))
+            cu[0] = index(rng.integers(1, 3))
         elif how == 3:
-            cu[-1] = np.uint32(rng.integers(0, 20))
+            cu[-1] = index(rng.integers(0, 20))
+        elif how == 4:   # a negative offset anywhere, the last included
+            cu[rng.integers(0, cu.size)] = -index(rng.integers(1, 2**31 - 1))
     arrays = {"q": q, "k": k, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
     expected = input_error_of(_prose_checks._cu_seqlens, "attention_varlen", arrays, {}, "contracts/fuel-cy-model.md")
     assert input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k) == expected
@@ -582,9 +586,9 @@ def test_int32_index_arrays_give_the_uint32_bits(dtype):
     i32 = lambda x: x.astype(np.int32)  # noqa: E731
     used = np.array([50, 64, 0, 39], np.uint32)
     kp, vp, table = paged_pool(k, v, cu_k, 16, seed=5)
-    calls = [((q, k, v, cu_q, cu_k), {"causal": True}, ()),
-             ((q, kp, vp, cu_q, cu_k), {"block_table": table, "seqused_k": used, "window_size_left": 30}, ())]
-    for args, kw, _ in calls:
+    calls = [((q, k, v, cu_q, cu_k), {"causal": True}),
+             ((q, kp, vp, cu_q, cu_k), {"block_table": table, "seqused_k": used, "window_size_left": 30})]
+    for args, kw in calls:
         out = fuel_cy.attention_varlen(*args, **kw)
         got = fuel_cy.attention_varlen(*args[:3], i32(args[3]), i32(args[4]),
                                        **{n: i32(a) if isinstance(a, np.ndarray) else a for n, a in kw.items()})
@@ -610,9 +614,10 @@ def test_a_negative_int32_index_is_an_input_error(which):
     args = {"cu_seqlens_q": cu_q.astype(np.int32), "cu_seqlens_k": cu_k.astype(np.int32),
             "block_table": table.astype(np.int32), "seqused_k": np.array([5, 7], np.int32)}
     bad = args[which].copy()
-    bad.flat[-1] = -7
+    pos = (1, 0) if which == "block_table" else (bad.size - 1,)   # (a slot sequence 1 reads)
+    bad[pos] = -7
     args[which] = bad
-    at = ", ".join(str(int(i)) for i in np.unravel_index(bad.size - 1, bad.shape))
+    at = ", ".join(str(i) for i in pos)
     for kernel, extra in ((fuel_cy.attention_varlen, ()), (fuel_cy.attention_varlen_backward, (np.ones_like(q),))):
         if kernel is fuel_cy.attention_varlen_backward and which == "block_table":
             continue   # (the backward takes packed keys only)
@@ -623,3 +628,22 @@ def test_a_negative_int32_index_is_an_input_error(which):
         msg = input_error_of(kernel, q, *keys, *extra, args["cu_seqlens_q"], args["cu_seqlens_k"], **kw)
         assert msg and kernel.__name__ in msg and f"input {which!r}" in msg and ">= 0" in msg, msg
         assert f"{which}[{at}] = -7" in msg, msg
+
+
+def test_int32_table_padding_is_never_read():
+    """A block_table slot no sequence reads may hold anything, as with uint32 (vLLM-style padding):
+    -1 there in int32 gives the bits of 0xFFFFFFFF there in uint32, while -1 in a slot a sequence
+    reads is an InputError."""
+    lens = ([3, 6], [10, 20])
+    q, k, v, cu_q, cu_k = packed(*lens, 4, 2, 16, np.float32, seed=4)
+    kp, vp, table = paged_pool(k, v, cu_k, 4, seed=4)
+    assert table.shape[1] == 5   # sequence 0 reads slots 0-2 of its row, sequence 1 all five
+    padded32, padded_u = table.astype(np.int32), table.copy()
+    padded32[0, 3:], padded_u[0, 3:] = -1, 0xFFFFFFFF
+    i32 = lambda x: x.astype(np.int32)  # noqa: E731
+    out = fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=padded_u, causal=True)
+    assert bits(fuel_cy.attention_varlen(q, kp, vp, i32(cu_q), i32(cu_k), block_table=padded32, causal=True)) == bits(out)
+    assert bits(out) == bits(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True))
+    padded32[0, 2] = -1
+    msg = input_error_of(fuel_cy.attention_varlen, q, kp, vp, cu_q, cu_k, block_table=padded32)
+    assert msg and "input 'block_table'" in msg and "block_table[0, 2] = -1" in msg, msg

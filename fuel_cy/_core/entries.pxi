@@ -81,8 +81,8 @@ cdef inline const void* _ptr(object a, int typenum) except? NULL:
 cdef inline object _index(object x):
     """An index input as the uint32 array the drivers read: an int32 one (the contract's I32,
     whose values the validators found >= 0) viewed as the uint32 it equals, bit for bit."""
-    if x is not None and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_INT32:
-        return x.view(_np.uint32)
+    if x is not None and cnp.PyArray_Check(x) and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_INT32:
+        return _np.ndarray.view(x, _np.uint32)
     return x
 
 

@@ -176,8 +176,14 @@ cdef bint _fc_paged_ok(dict arrays):
 
 
 cdef bint _fc_offsets_ok(object cu, Py_ssize_t rows) noexcept:
-    """cu is B + 1 >= 1 offsets from 0, non-decreasing, ending at `rows`."""
-    if not _fc_u32_c(cu, 1):
+    """cu is B + 1 >= 1 offsets from 0, non-decreasing, ending at `rows`.  An int32 array (the
+    contract's I32) is read as the uint32 it equals: a negative value reads as 2**31 or more,
+    above `rows`, so it cannot sit between a 0 and a last value of `rows` without a decrease, and
+    what passes here is what _prose_checks._nonnegative and _offsets pass."""
+    if not (_fc_u32_c(cu, 1) or (cnp.PyArray_CheckExact(cu) and cnp.PyArray_NDIM(<cnp.ndarray>cu) == 1
+                                 and cnp.PyArray_TYPE(<cnp.ndarray>cu) == cnp.NPY_INT32
+                                 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>cu)
+                                 and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>cu))):
         return False
     cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>cu, 0), b
     cdef const unsigned int* c = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu)

@@ -4,7 +4,7 @@
 - k_len: "None => full Sk; a live prefix" -- so 0 <= k_len <= Sk.
 - varlen: cu_seqlens_q / cu_seqlens_k are B + 1 offsets from 0, non-decreasing, ending at the
   packed row counts of q and k (k's paged, with block_table: a table row holds each sequence);
-  int32 index arrays hold no negative value.
+  int32 index arrays hold no negative value where they are read.
 - paged: "physical block index bounds-checked against num_blocks" for every block a sequence
   reads, and context_lens[b] may not exceed the table's capacity (max_blocks_per_seq * block_size).
   These run with the GIL, before any compute, so the nogil core never reads out of bounds.
@@ -56,15 +56,15 @@ def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
 
 def _nonnegative(kernel: str, name: str, x: Any, where: str) -> None:
     """An int32 index array (flash-attn's and torch's dtype, read as the uint32 it equals) holds
-    no negative value: a negative block id or count would pass every bound below as a small
-    number and be read by the core as one past 2**31."""
+    no negative value where it is read: a negative block id or count would pass every bound below
+    as a small number and be read by the core as one past 2**31."""
     if x is None or np.asarray(x).dtype != np.int32:
         return
     neg = np.argwhere(np.asarray(x) < 0)
     if neg.size:
         at = tuple(int(i) for i in neg[0])
         shown = ", ".join(str(i) for i in at)
-        raise InputError(kernel, f"input {name!r}", "prose: int32 index values are >= 0 (read as the uint32 they equal)",
+        raise InputError(kernel, f"input {name!r}", "prose: int32 index values are >= 0 where read (as the uint32 they equal)",
                          f"{name}[{shown}] = {int(np.asarray(x)[at])}", where)
 
 
@@ -95,7 +95,7 @@ def _cu_seqlens(kernel: str, arrays: dict, params: dict, where: str) -> None:
     (every block it reads below NB); seqused_k[b] at most that count; max_seqlen_q/_k, when
     given, at least every lq/lk.  So every row a sequence reads lies inside the arrays."""
     q, k, table, used = arrays["q"], arrays["k"], arrays.get("block_table"), arrays.get("seqused_k")
-    for name in ("cu_seqlens_q", "cu_seqlens_k", "block_table", "seqused_k"):
+    for name in ("cu_seqlens_q", "cu_seqlens_k", "seqused_k"):   # (block_table's live slots: below)
         _nonnegative(kernel, name, arrays.get(name), where)
     cu_q = _offsets(kernel, "cu_seqlens_q", arrays["cu_seqlens_q"], q.shape[0], "q.shape[0]", where)
     nb, bs = k.shape[0], k.shape[1]
@@ -120,6 +120,8 @@ def _cu_seqlens(kernel: str, arrays: dict, params: dict, where: str) -> None:
                              f"{table.shape[1]} * {bs} = {capacity}", where)
         if bs:
             live = np.arange(table.shape[1])[None, :] < (-(-lk // bs))[:, None]
+            # a slot no sequence reads may hold anything (as with uint32: padding); a read one not < 0
+            _nonnegative(kernel, "block_table", np.where(live, table, 0).astype(np.asarray(table).dtype), where)
             bad = np.argwhere(live & (np.asarray(table).astype(np.int64) >= nb))
             if bad.size:
                 b, slot = (int(x) for x in bad[0])
