@@ -73,17 +73,10 @@ cdef inline object _win(object x, object npwork, str code, bint narrow, int nthr
     return _work(x, npwork, code, nthreads, slot)
 
 
-cdef inline const void* _ptr(object a, int typenum) except? NULL:
-    """The data of a work array (drivers.pxi _data checks it); NULL for an absent optional input."""
-    return NULL if a is None else _data(a, typenum)
-
-
-cdef inline object _index(object x):
-    """An index input as the uint32 array the drivers read: an int32 one (the contract's I32,
-    whose values the validators found >= 0) viewed as the uint32 it equals, bit for bit."""
-    if x is not None and cnp.PyArray_Check(x) and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_INT32:
-        return _np.ndarray.view(x, _np.uint32)
-    return x
+cdef inline const void* _ptr(object a, int typenum, int typenum2=-1) except? NULL:
+    """The data of a work array (drivers.pxi _data checks it: of typenum, or typenum2 where the
+    driver reads both alike); NULL for an absent optional input."""
+    return NULL if a is None else _data(a, typenum, typenum2)
 
 
 cdef inline object _out(str slot, object like, object npwork, bint narrow, int typenum):
@@ -119,6 +112,9 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     cdef bint narrow = is_f16 >= 0          # stored narrower than computed: widened in, rounded out
     cdef int tn = cnp.NPY_FLOAT32 if real_t is float else cnp.NPY_FLOAT64
     cdef int u32 = cnp.NPY_UINT32
+    # the varlen index arrays may also be int32 (the contract's I32): the validators found every
+    # value they read >= 0, so the drivers read their bits as the uint32 they equal
+    cdef int i32 = cnp.NPY_INT32
     cdef bint halfdrv = (driver == _DRV_FLASH_HALF or driver == _DRV_PAGED_HALF or driver == _DRV_BACKWARD_HALF
                          or driver == _DRV_VARLEN_HALF or driver == _DRV_MASKED_HALF
                          or driver == _DRV_VARLEN_BACKWARD_HALF or driver == _DRV_MASKED_BACKWARD_HALF)
@@ -223,7 +219,6 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_VARLEN_BACKWARD or driver == _DRV_VARLEN_BACKWARD_HALF:
         q, k, v, do, cu_q, cu_k, s, used, dlse = ins
-        cu_q, cu_k, used = _index(cu_q), _index(cu_k), _index(used)
         # [Hq, Tq] float32 (a dim of 1 broadcasts: expanded here)
         if dlse is not None:
             dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 1), _dim(q, 0))), _np.float32)
@@ -239,16 +234,16 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         if driver == _DRV_VARLEN_BACKWARD:
             drive_attention_varlen_backward(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
                                             <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(do_a, tn),
-                                            <const unsigned int*>_ptr(cu_q, u32), <const unsigned int*>_ptr(cu_k, u32),
-                                            <const real_t*>_ptr(s_a, tn), s_ld, <const unsigned int*>_ptr(used, u32),
+                                            <const unsigned int*>_ptr(cu_q, u32, i32), <const unsigned int*>_ptr(cu_k, u32, i32),
+                                            <const real_t*>_ptr(s_a, tn), s_ld, <const unsigned int*>_ptr(used, u32, i32),
                                             <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <real_t*>_ptr(dq, tn),
                                             <real_t*>_ptr(dk, tn), <real_t*>_ptr(dv, tn), dims, params, nthreads)
         elif rnd_t is RoundNone and real_t is float:
             drive_attention_varlen_backward_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
                                                  <const float*>_ptr(v_a, tn), <const float*>_ptr(do_a, tn),
-                                                 <const unsigned int*>_ptr(cu_q, u32),
-                                                 <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn),
-                                                 s_ld, <const unsigned int*>_ptr(used, u32),
+                                                 <const unsigned int*>_ptr(cu_q, u32, i32),
+                                                 <const unsigned int*>_ptr(cu_k, u32, i32), <const float*>_ptr(s_a, tn),
+                                                 s_ld, <const unsigned int*>_ptr(used, u32, i32),
                                                  <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <float*>_ptr(dq, tn),
                                                  <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params, nthreads,
                                                  is_f16)
@@ -294,7 +289,6 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         return _from_work(out, code, nthreads) if narrow else out
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
         q, k, v, cu_q, cu_k, s, table, used = ins
-        cu_q, cu_k, table, used = _index(cu_q), _index(cu_k), _index(table), _index(used)
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
         # [SB, Hq] slopes (the contract reads [Hq] as [1, Hq]): per sequence, or one set for all
@@ -311,9 +305,9 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         if driver == _DRV_VARLEN:
             q_a = _rows_heads_view(q_a, strides, strides + 1)
             drive_attention_varlen(tag, <const real_t*>_data_strided(q_a, tn), <const real_t*>_data_strided(k, tn),
-                                   <const real_t*>_data_strided(v, tn), <const unsigned int*>_ptr(cu_q, u32),
-                                   <const unsigned int*>_ptr(cu_k, u32), <const real_t*>_ptr(s_a, tn), s_ld,
-                                   <const unsigned int*>_ptr(table, u32), mbs, <const unsigned int*>_ptr(used, u32),
+                                   <const real_t*>_data_strided(v, tn), <const unsigned int*>_ptr(cu_q, u32, i32),
+                                   <const unsigned int*>_ptr(cu_k, u32, i32), <const real_t*>_ptr(s_a, tn), s_ld,
+                                   <const unsigned int*>_ptr(table, u32, i32), mbs, <const unsigned int*>_ptr(used, u32, i32),
                                    <real_t*>_ptr(out, tn), <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params,
                                    nthreads, strides)
         else:
@@ -322,10 +316,10 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                 strides[0], strides[1] = _dim(q, 1) * _dim(q, 2), _dim(q, 2)
                 drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const unsigned short*>_data_strided(k, h),
                                             <const unsigned short*>_data_strided(v, h),
-                                            <const unsigned int*>_ptr(cu_q, u32),
-                                            <const unsigned int*>_ptr(cu_k, u32), <const float*>_ptr(s_a, tn), s_ld,
-                                            <const unsigned int*>_ptr(table, u32), mbs,
-                                            <const unsigned int*>_ptr(used, u32), <float*>_ptr(out, tn),
+                                            <const unsigned int*>_ptr(cu_q, u32, i32),
+                                            <const unsigned int*>_ptr(cu_k, u32, i32), <const float*>_ptr(s_a, tn), s_ld,
+                                            <const unsigned int*>_ptr(table, u32, i32), mbs,
+                                            <const unsigned int*>_ptr(used, u32, i32), <float*>_ptr(out, tn),
                                             <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params, nthreads, is_f16,
                                             strides)
         result = _from_work(out, code, nthreads) if narrow else out

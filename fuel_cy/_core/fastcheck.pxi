@@ -145,10 +145,15 @@ cdef inline bint _fc_k_len_ok(dict arrays, dict params):
             and k_len <= cnp.PyArray_DIM(<cnp.ndarray>k, 2))
 
 
-cdef inline bint _fc_u32_c(object x, int rank) noexcept:
+cdef inline bint _fc_c_array(object x, int rank, int typenum) noexcept:
+    """An exact, native-order, C-contiguous ndarray of that rank and numpy type."""
     return (cnp.PyArray_CheckExact(x) and cnp.PyArray_NDIM(<cnp.ndarray>x) == rank
-            and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_UINT32 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x)
+            and cnp.PyArray_TYPE(<cnp.ndarray>x) == typenum and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x)
             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x))
+
+
+cdef inline bint _fc_u32_c(object x, int rank) noexcept:
+    return _fc_c_array(x, rank, cnp.NPY_UINT32)
 
 
 cdef bint _fc_paged_ok(dict arrays):
@@ -180,10 +185,7 @@ cdef bint _fc_offsets_ok(object cu, Py_ssize_t rows) noexcept:
     contract's I32) is read as the uint32 it equals: a negative value reads as 2**31 or more,
     above `rows`, so it cannot sit between a 0 and a last value of `rows` without a decrease, and
     what passes here is what _prose_checks._nonnegative and _offsets pass."""
-    if not (_fc_u32_c(cu, 1) or (cnp.PyArray_CheckExact(cu) and cnp.PyArray_NDIM(<cnp.ndarray>cu) == 1
-                                 and cnp.PyArray_TYPE(<cnp.ndarray>cu) == cnp.NPY_INT32
-                                 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>cu)
-                                 and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>cu))):
+    if not (_fc_u32_c(cu, 1) or _fc_c_array(cu, 1, cnp.NPY_INT32)):
         return False
     cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>cu, 0), b
     cdef const unsigned int* c = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu)

@@ -56,7 +56,7 @@ BACKWARD = Driver("attention_flash_backward", FORWARD_DIMS,
                   ("dq", "dk", "dv"), ("softmax_scale",))
 
 # the varlen drivers' index arrays: uint32, or int32 as flash-attn and torch make them (the entry
-# views a validated, non-negative int32 array as the uint32 it equals: entries.pxi _index)
+# hands a validated int32 array's data to the drivers as the uint32 it equals: entries.pxi)
 INDEX = "U32|I32"
 VARLEN = Driver("attention_varlen", ("Tq", "NB", "BS", "B1", "Hq", "Hkv", "D"),
                 (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),

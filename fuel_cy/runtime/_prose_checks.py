@@ -54,18 +54,20 @@ def _paged(kernel: str, arrays: dict, params: dict, where: str) -> None:
                          f"block_table[{b}, {slot}] = {int(table[b, slot])} but num_blocks = {num_blocks}", where)
 
 
-def _nonnegative(kernel: str, name: str, x: Any, where: str) -> None:
+def _nonnegative(kernel: str, name: str, x: Any, where: str, read: Optional[np.ndarray] = None) -> None:
     """An int32 index array (flash-attn's and torch's dtype, read as the uint32 it equals) holds
-    no negative value where it is read: a negative block id or count would pass every bound below
-    as a small number and be read by the core as one past 2**31."""
-    if x is None or np.asarray(x).dtype != np.int32:
+    no negative value where it is read (`read`: a mask of the elements read; None: all): a
+    negative block id or count would pass every bound below as a small number and be read by the
+    core as one past 2**31."""
+    a = None if x is None else np.asarray(x)
+    if a is None or a.dtype != np.int32:
         return
-    neg = np.argwhere(np.asarray(x) < 0)
+    neg = np.argwhere(a < 0 if read is None else (a < 0) & read)
     if neg.size:
         at = tuple(int(i) for i in neg[0])
         shown = ", ".join(str(i) for i in at)
         raise InputError(kernel, f"input {name!r}", "prose: int32 index values are >= 0 where read (as the uint32 they equal)",
-                         f"{name}[{shown}] = {int(np.asarray(x)[at])}", where)
+                         f"{name}[{shown}] = {int(a[at])}", where)
 
 
 def _offsets(kernel: str, name: str, cu_in: Any, total: Optional[int], rows: str, where: str) -> np.ndarray:
@@ -121,7 +123,7 @@ def _cu_seqlens(kernel: str, arrays: dict, params: dict, where: str) -> None:
         if bs:
             live = np.arange(table.shape[1])[None, :] < (-(-lk // bs))[:, None]
             # a slot no sequence reads may hold anything (as with uint32: padding); a read one not < 0
-            _nonnegative(kernel, "block_table", np.where(live, table, 0).astype(np.asarray(table).dtype), where)
+            _nonnegative(kernel, "block_table", table, where, read=live)
             bad = np.argwhere(live & (np.asarray(table).astype(np.int64) >= nb))
             if bad.size:
                 b, slot = (int(x) for x in bad[0])
