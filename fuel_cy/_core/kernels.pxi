@@ -79,6 +79,8 @@ cdef inline void pack_head_tile(real_t* k, Layout* l, Py_ssize_t head0, Py_ssize
     # a function of its own so `rows` lives on each OpenMP thread's stack
     cdef real_t* rows[BC]
     cdef Py_ssize_t n = head_tile_rows(k, l, head0, task, ntiles, Sk, rows, table, tbs)
+    if table != NULL:   # a paged pool's blocks lie in any order, where the hardware prefetcher
+        fc_prefetch_keys(<void**>rows, n, D * sizeof(real_t))   # stops: ask for every row first
     pack_kt(rows, n, D, out + task * D * BC)
 
 
@@ -132,6 +134,8 @@ cdef inline void pack_head_tile_pairs16(const unsigned short* x, Layout* l, Py_s
                                         bint keys_paired, const unsigned int* table, Py_ssize_t tbs) noexcept nogil:
     cdef const unsigned short* rows[BC]
     cdef Py_ssize_t n = head_tile_rows16(x, l, head0, task, ntiles, Sk, rows, table, tbs)
+    if table != NULL:   # (as pack_head_tile)
+        fc_prefetch_keys(<void**>rows, n, D * sizeof(unsigned short))
     if keys_paired:
         fc_pack_v_pairs_b16(rows, n, D, out + task * (BC // 2) * D)
     else:
@@ -422,6 +426,12 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             else:
                 fc_rowdots_heads_f64(Qs, 1, nr4, D, <double**>rows, nc, nc, S, BC)
         else:
+            # V's rows of a paged pool asked into L2 while the dots run, so that P V, reading them
+            # through the table, finds them there (its own prefetch runs only FC_PREFETCH keys ahead)
+            if o.ktable != NULL and vbase != NULL:
+                for jj in range(nc):
+                    rows[jj] = vbase + key_row(o, j0 + jj) * ldv
+                fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
             qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC, nc)
         for r in range(nr):
             srow = S + r * lds + toff

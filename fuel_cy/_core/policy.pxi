@@ -89,6 +89,7 @@ cdef extern from "fc_simd.h" nogil:
 
     # fc_pack.h: tile packing
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)
+    void fc_prefetch_keys(void** rows, Py_ssize_t n, size_t nbytes)   # fc_isa.h: n rows into L2
     void fc_transpose_f32(const float* src, Py_ssize_t lds, Py_ssize_t nrows, Py_ssize_t ncols, float* dst,
                           Py_ssize_t ldd)
     void fc_pair_rows_bf16(const float* x, Py_ssize_t rows, Py_ssize_t D, unsigned int* out, Py_ssize_t ldo)
