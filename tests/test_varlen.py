@@ -530,6 +530,33 @@ def test_decode_steps_serving_several_kv_heads_give_each_heads_bits(dtype, hq, h
         c._test_decode_heads_per_task(-1)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_decode_steps_handed_out_longest_first_give_the_batch_order_bits(dtype):
+    """The decode steps of a batch whose lengths vary (and one under a window shorter than its
+    context) are handed to the threads longest first; in batch order instead, every output and
+    lse element has the same bits, paged and packed, and is right against float64."""
+    c = core()
+    d, lens_k = 64, [40, 1900, 300, 1300, 7, 2500, 900]
+    q, k, v, cu_q, cu_k = packed([1] * len(lens_k), lens_k, 8, 2, d, dtype, seed=71)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, seed=72)
+    saved = c._test_decode_longest_first()
+    try:
+        for kw in ({"causal": True}, {"window_size_left": 100}):
+            seen = []
+            for on in (True, False):
+                assert c._test_decode_longest_first(on) is on
+                for pool in ({}, {"block_table": table}):
+                    kk, vv = (kp, vp) if pool else (k, v)
+                    out, lse = fuel_cy.attention_varlen(q, kk, vv, cu_q, cu_k, return_lse=True, **pool, **kw)
+                    seen.append((bits(out), bits(lse)))
+            assert all(x == seen[0] for x in seen), kw
+            expected = reference(q, k, v, cu_q, cu_k, None, kw.get("causal", False), kw.get("window_size_left"),
+                                 None, None)
+            assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], d, max(lens_k), compute="f32"), kw
+    finally:
+        c._test_decode_longest_first(saved)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
 def test_decode_steps_over_long_contexts(dtype):
     """Decode steps (one query) over contexts longer than the keys whose dots a step computes in

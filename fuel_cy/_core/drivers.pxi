@@ -14,6 +14,7 @@ cimport numpy as cnp
 from cpython.pythread cimport PyThread_get_thread_ident
 from cython.parallel cimport prange
 from libc.string cimport memcpy, memset
+from libc.stdlib cimport qsort
 
 from fuel_cy.runtime import _validation as _v
 
@@ -852,6 +853,21 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
 
 # kv heads per decode task forced by the tests (_test_decode_heads_per_task); 0: chosen per call
 cdef Py_ssize_t _decode_hpt_forced = 0
+# decode steps handed out longest first (_test_decode_longest_first turns it off: the same bits)
+cdef bint _decode_longest_first = True
+
+
+cdef struct StepKeys:
+    Py_ssize_t keys   # the keys a decode step reads
+    Py_ssize_t s      # its index among the call's steps
+
+
+cdef int _more_keys_first(const void* a, const void* b) noexcept nogil:
+    cdef const StepKeys* x = <const StepKeys*>a
+    cdef const StepKeys* y = <const StepKeys*>b
+    if x.keys != y.keys:
+        return -1 if x.keys > y.keys else 1
+    return -1 if x.s < y.s else (1 if x.s > y.s else 0)
 
 
 cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
@@ -866,7 +882,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
     arithmetic is the flash forward's decode step (scores as row dots, no packed K^T)."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
-    cdef Py_ssize_t b, n = 0, lk, k0, q0, s, t, ntasks = 0, macs = 0, j
+    cdef Py_ssize_t b, n = 0, lk, k0, q0, s, t, ntasks = 0, macs = 0, j, jj
     cdef AttnOpts* o
     for b in range(B1 - 1):
         lk = (used[b] if used != NULL else <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b])
@@ -944,13 +960,25 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
         ntasks += flash_tasks(&shapes[s], Hkv)
         macs = macs + Hq * lk * D if macs < PY_SSIZE_T_MAX // 2 else macs
         s += 1
+    # The steps' tasks longest first (the keys each reads; ties in batch order): the threads take
+    # tasks in list order, and a long step taken last kept one thread reading alone while the
+    # others waited (a batch's lengths vary: 512-4096 keys in the bench's decode mix).  Each task
+    # computes the same either way, so the order changes no bits.
+    order_buf = _np.empty(n * sizeof(StepKeys), _np.uint8)
+    cdef StepKeys* order = <StepKeys*>cnp.PyArray_DATA(<cnp.ndarray>order_buf)
+    for s in range(n):
+        order[s].keys = shapes[s].Sk if opts[s].wl < 0 else min(shapes[s].Sk, opts[s].wl + 1)
+        order[s].s = s
+    if _decode_longest_first:
+        qsort(order, n, sizeof(StepKeys), _more_keys_first)
     tasks_buf = _np.empty(2 * ntasks, _np.intp)
     cdef Py_ssize_t* task_seq = <Py_ssize_t*>cnp.PyArray_DATA(<cnp.ndarray>tasks_buf)
     cdef Py_ssize_t* task_local = task_seq + ntasks
     t = 0
-    for s in range(n):
-        for j in range(flash_tasks(&shapes[s], Hkv)):
-            task_seq[t], task_local[t] = s, j
+    for j in range(n):
+        s = order[j].s
+        for jj in range(flash_tasks(&shapes[s], Hkv)):
+            task_seq[t], task_local[t] = s, jj
             t += 1
     cdef int nt = <int>min(_threads_for(nthreads, macs), ntasks)
     cdef Py_ssize_t per_thread = flash_scratch(D)

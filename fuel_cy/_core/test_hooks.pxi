@@ -179,6 +179,15 @@ def _test_decode_heads_per_task(n=None):
     return _decode_hpt_forced
 
 
+def _test_decode_longest_first(on=None):
+    """Testing hook: whether attention_varlen hands out its decode steps longest first (the
+    default) or in batch order.  With an argument, switch to it first."""
+    global _decode_longest_first
+    if on is not None:
+        _decode_longest_first = bool(on)
+    return _decode_longest_first
+
+
 def _test_bwd_rows_pairs(rows=None):
     """Testing hook: query rows per backward step where all five products run on vdpbf16ps
     (fc_uarch.h fc_bwd_rows_pairs); with an argument (a multiple of 4, at most BR_BWD), switch to
