@@ -380,6 +380,34 @@ def test_a_paged_pool_gives_the_packed_bits(dtype, block_size, d):
         assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], d, 300, compute="f32")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_paged_chunks_packing_their_own_tiles_give_the_packing_pass_bits(dtype):
+    """A paged sequence whose kv heads take one task each (G * Sq rows in one tile) packs its K^T
+    tiles inside the task, the next tile's rows asked for ahead; with a packing pass first
+    instead, the same bits: causal (tiles past the diagonal skipped), a window (tiles before it
+    skipped), seqused_k (a tile cut short) and lse, and right against float64."""
+    c = core()
+    lens = ([3, 5, 12, 1], [700, 260, 333, 90])   # G * Sq = 12, 20 and 48 rows: one tile each
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=81)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, seed=82)
+    used = np.array([650, 260, 200, 90], np.uint32)
+    saved = c._test_chunk_k_tiles()
+    try:
+        for kw in ({"causal": True}, {"window_size_left": 150, "softcap": 3.0}, {"seqused_k": used}):
+            seen = []
+            for on in (True, False):
+                assert c._test_chunk_k_tiles(on) is on
+                out, lse = fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, return_lse=True, **kw)
+                seen.append((bits(out), bits(lse)))
+            assert seen[0] == seen[1], kw
+            if "seqused_k" not in kw:
+                expected = reference(q, k, v, cu_q, cu_k, None, kw.get("causal", False), kw.get("window_size_left"),
+                                     None, kw.get("softcap"))
+                assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], 64, 700, compute="f32"), kw
+    finally:
+        c._test_chunk_k_tiles(saved)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
 def test_seqused_k_uses_each_sequences_first_keys(dtype):
     """seqused_k[b] <= lk: only the first seqused_k[b] keys of sequence b take part (packed and

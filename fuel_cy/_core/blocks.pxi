@@ -37,6 +37,10 @@ cdef struct AttnOpts:
                       # in the backward, the gradient of that lse (read only)
     int k_rows        # the flash forward's scores are row dots with K's rows where they lie (a
                       # decode step: one query row per head; packing K^T would cost more than them)
+    int k_tiles       # the flash forward packs each K^T tile itself from K's rows where they lie
+                      # (through ktable), into its thread's scratch (flash_scratch(D, 1)), with the
+                      # next tile's rows asked for ahead: a paged sequence whose kv heads each have
+                      # one task, so that no tile would be packed twice
     # a decode step under float32 compute on bf16/f16 K and V: their rows read in place in their
     # 16-bit storage (laid out as Shape.lk / lv say), widened in registers; NULL otherwise
     const unsigned short* k16

@@ -293,6 +293,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.it = NULL   # set by the driver that owns the call
     o.alibi_abs = 0
     o.k_rows = 0
+    o.k_tiles = 0
     o.k16 = o.v16 = NULL
     o.is_f16 = 0
     o.ktable = NULL
@@ -387,6 +388,11 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
     """Waking the OpenMP team costs more than a decode-sized call's math; results never depend
     on the thread count, so small calls run on one thread."""
     return 1 if macs < SMALL_WORK else nthreads
+
+
+# a paged chunk's tasks pack their own K^T tiles (AttnOpts.k_tiles; _test_chunk_k_tiles turns it
+# off: a packing pass first, the same bits)
+cdef bint _k_tiles_allowed = True
 
 
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
@@ -491,8 +497,17 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     # no packed K^T (one query row per head reads each key once either way)
     cdef bint krows = rnd_t is RoundNone and not naive and not bf16_pairs and sh.Sq == 1 and k16 == NULL
     o.k_rows = krows
+    # a paged sequence whose kv heads each take one task (a varlen chunk: its G * Sq rows in one
+    # tile): each task packs its K^T tiles itself, the next tile's rows asked for while it
+    # computes, instead of a packing pass before the tasks that reads the pool with no math
+    # beside it (AttnOpts.k_tiles)
+    cdef bint k_tiles = (_k_tiles_allowed and ktable != NULL and rnd_t is RoundNone and not naive and not bf16_pairs and not krows
+                         and k16 == NULL and k_h16 == NULL and sh.hpt <= 1 and flash_tasks(&sh, 1) == 1)
+    o.k_tiles = k_tiles
+    if k_tiles:
+        per_thread = flash_scratch(sh.D, True)
     # one buffer: packed K (or its bf16 pairs), V's pairs, then every thread's scratch, each 64-byte aligned
-    cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows or k16 != NULL else chunk * per_head * sizeof(real_t)
+    cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows or k_tiles or k16 != NULL else chunk * per_head * sizeof(real_t)
     cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs else 0
     cdef Py_ssize_t n_vpp = chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int) if vpairs else 0
     buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp) + nt * per_thread * sizeof(real_t))
@@ -518,7 +533,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                     pack_heads_pairs16(v_h16, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True, ktable, kbs)
                 elif vpairs:
                     pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
-            if not bf16_pairs and not krows and k16 == NULL:
+            if not bf16_pairs and not krows and not k_tiles and k16 == NULL:
                 if real_t is float and k_h16 != NULL:
                     pack_heads16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, <float*>ktp, nt, is_f16)
                 else:
@@ -527,8 +542,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                 naive_forward_core(tag, kv0, nkv, <real_t*>q, ktp, <real_t*>v, <real_t*>slopes, out, &sh, &o,
                                    scratch, per_thread, nt)
             else:
-                flash_forward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k if krows else ktp, kpp_p, vpp_p, <real_t*>v,
-                                   <real_t*>slopes, out, &sh, &o, scratch, per_thread, nt)
+                flash_forward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k if krows or k_tiles else ktp, kpp_p,
+                                   vpp_p, <real_t*>v, <real_t*>slopes, out, &sh, &o, scratch, per_thread, nt)
             kv0 += nkv
     fc_interrupt_raise(&it)
 

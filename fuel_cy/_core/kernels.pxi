@@ -169,10 +169,11 @@ cdef void pack_heads16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_
         pack_head_tile16(x, l, head0, task, ntiles, Sk, D, out, is_f16)
 
 
-cdef inline Py_ssize_t flash_scratch(Py_ssize_t D) noexcept nogil:
+cdef inline Py_ssize_t flash_scratch(Py_ssize_t D, bint k_tiles=False) noexcept nogil:
     """The work-type elements of one thread's flash_task scratch: Q, S, O, m, l, Q's bf16 pairs and
-    P's (round_p)."""
-    return 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * ((D + 1) // 2) + BR_FLASH * (BC // 2)
+    P's (round_p); with k_tiles (AttnOpts.k_tiles), the tile's K^T after them."""
+    return (2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * ((D + 1) // 2) + BR_FLASH * (BC // 2)
+            + (D * BC if k_tiles else 0))
 
 
 cdef inline void pv_bf16_rounded(float* P, Py_ssize_t ldp, Py_ssize_t nr4, Py_ssize_t nc, const float* V,
@@ -265,6 +266,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef const unsigned short* vrow16 = o.v16 + row_offset(&sh.lv, kvh, 0) if o.v16 != NULL else NULL
     cdef Py_ssize_t ldv = sh.lv.ss
     cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
+    # with o.k_tiles, ktp is K itself and each tile is packed here (flash_scratch's last D * BC)
+    cdef real_t* ktile = buf + flash_scratch(D) if o.k_tiles else NULL
+    cdef Py_ssize_t kpf = -1, npf   # (k_tiles) the tile whose rows were asked for ahead; how many
     # with o.k_rows, ktp is K itself, laid out as sh.lk says
     cdef real_t* krow0 = ktp + row_offset(&sh.lk, kvh, 0) if o.k_rows else NULL
     cdef real_t scale = R(tag, <real_t>o.scale)
@@ -425,6 +429,27 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 fc_rowdots_heads_f32(Qs, 1, nr4, D, <float**>rows, nc, nc, S, BC)
             else:
                 fc_rowdots_heads_f64(Qs, 1, nr4, D, <double**>rows, nc, nc, S, BC)
+        elif ktile != NULL:
+            # this tile's K^T from its rows, whose blocks lie in any order (the hardware prefetcher
+            # stops at each): asked for into L2 one tile ahead, so that packing reads them there
+            # while the next tile's arrive.  The same packed values as pack_heads' for keys < nc,
+            # the only dots the tile uses.
+            for jj in range(nc):
+                rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, j0 + jj))
+            if kpf != j0:   # (the first tile visited: nothing asked for it yet)
+                fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
+            pack_kt(rows, nc, D, ktile)
+            kpf = j0 + BC
+            npf = kend - kpf if kend - kpf < BC else BC
+            for jj in range(npf):
+                rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
+            if npf > 0:
+                fc_prefetch_keys(<void**>rows, npf, D * sizeof(real_t))
+            if vbase != NULL:   # and V's rows for P V (as below)
+                for jj in range(nc):
+                    rows[jj] = vbase + key_row(o, j0 + jj) * ldv
+                fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
+            qk_tile(tag, Qs, nr4, D, ktile, S, BC, nc)
         else:
             # V's rows of a paged pool asked into L2 while the dots run, so that P V, reading them
             # through the table, finds them there (its own prefetch runs only FC_PREFETCH keys ahead)

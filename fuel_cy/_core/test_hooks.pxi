@@ -188,6 +188,16 @@ def _test_decode_longest_first(on=None):
     return _decode_longest_first
 
 
+def _test_chunk_k_tiles(on=None):
+    """Testing hook: whether a paged sequence whose kv heads take one task each packs its K^T
+    tiles inside the task (AttnOpts.k_tiles, the default) or in a packing pass first.  With an
+    argument, switch to it first."""
+    global _k_tiles_allowed
+    if on is not None:
+        _k_tiles_allowed = bool(on)
+    return _k_tiles_allowed
+
+
 def _test_bwd_rows_pairs(rows=None):
     """Testing hook: query rows per backward step where all five products run on vdpbf16ps
     (fc_uarch.h fc_bwd_rows_pairs); with an argument (a multiple of 4, at most BR_BWD), switch to
