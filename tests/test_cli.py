@@ -245,6 +245,32 @@ def test_bench_targets_are_judged_from_the_results():
         "target": "import fuel_cy adds <= 20 ms (after numpy, ml_dtypes)", "measured": "14.2 ms", "met": True}
 
 
+def test_memory_bound_rows_read_against_a_copy_timed_beside_them(monkeypatch):
+    """A paged decode's share of the copy rate comes from a large copy timed in its own interleaved
+    group, not from the rate measured at the start of the run (a shared host's bandwidth moves)."""
+    import numpy as np
+
+    from fuel_cy.harness import bench
+
+    probe = bench.CopyProbe(mib=1)
+    groups = []
+
+    def fake_interleaved(fns, reps=5, **kw):
+        groups.append(list(fns))
+        return [0.004 if f is probe else 0.002 for f in fns]
+
+    monkeypatch.setattr(bench, "interleaved", fake_interleaved)
+    monkeypatch.setattr(bench, "copy_gbps", lambda: 1.0)   # the start-of-run rate: 1 GB/s
+    rows, start_rate = bench._paged_rows(None, np.random.default_rng(0), True, lambda s: None, probe)
+    assert start_rate == 1.0
+    (row,) = [r for r in rows if r.get("pct_copy") is not None]
+    assert any(f is probe for f in groups[0]) and len(groups[0]) == 2   # ours and the copy, side by side
+    beside = 2 * probe.src.nbytes / 0.004 / 1e9
+    assert row["copy_gbps"] == pytest.approx(beside)
+    assert row["kv_gbps"] == pytest.approx(2 * 16 * 1024 * 8 * 128 * 4 / 0.002 / 1e9)
+    assert row["pct_copy"] == pytest.approx(100 * row["kv_gbps"] / beside)
+
+
 def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(capsys):
     """Issue #37's "each miss with the profile that explains it": a ratio target's worst point is
     set against the peak the run measured (our rate and the rate the goal needs, each a share of

@@ -497,7 +497,7 @@ def _targets(judged: list[dict]) -> list[str]:
     return ["### Targets", "", "The project's performance goals, judged on this run. For a miss the last column "
             "sets its worst point against a limit the same run measured: a compute-bound kernel against the "
             "arithmetic peak (a register-only multiply-add loop on the same threads) or the f32 GEMM rate, a "
-            "memory-bound one against the large-copy rate; how much of it we reach and how much the goal would "
+            "memory-bound one against a large copy timed beside it; how much of it we reach and how much the goal would "
             "need. What limits the misses follows the table.", "",
             _table(["target", "measured", "met", "against the machine (measured)"], rows), ""]
 
@@ -506,8 +506,9 @@ def _all_rows(data: dict) -> list[str]:
     lines = ["### All measurements", ""]
     for r in data["rows"]:
         if r.get("pct_copy") is not None:
+            beside = f" ({r['copy_gbps']:.1f} GB/s, timed beside it)" if r.get("copy_gbps") else ""
             lines.append(f"- `{r['kernel']}` {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s, "
-                         f"{r['pct_copy']:.0f}% of the copy rate")
+                         f"{r['pct_copy']:.0f}% of the copy rate{beside}")
     if data.get("flash_32k_rss"):
         x = data["flash_32k_rss"]
         lines.append(f"- `attention_flash` at S=32768, D=64, f32, causal: peak RSS {x['rss_peak_mb']:.0f} MB, "

@@ -102,6 +102,30 @@ def copy_gbps() -> float:
     return 2 * src.nbytes / t / 1e9
 
 
+class CopyProbe:
+    """A large copy (64 MiB, past any L3 here) to time in the same interleaved group as a
+    memory-bound call, so that the call's share of the copy rate is a ratio measured side by side.
+    A rate taken once at the start put the same paged decode mix at 41% in one run and 59% in the
+    next on a shared host, whose memory bandwidth moves with its neighbours' load."""
+
+    def __init__(self, mib: int = 64) -> None:
+        self.src = np.ones(mib * 1024 * 1024 // 4, np.float32)
+        self.dst = np.empty_like(self.src)
+
+    def __call__(self) -> None:
+        np.copyto(self.dst, self.src)
+
+    def gbps(self, seconds: float) -> float:
+        """The copy rate (bytes read + written per second, as copy_gbps) of one timed call."""
+        return 2 * self.src.nbytes / seconds / 1e9
+
+
+def _read_share(kv_bytes: int, t_ours: float, t_copy: float, probe: CopyProbe) -> dict[str, float]:
+    """A memory-bound row's read rate and its share of the copy rate timed beside it."""
+    rate = probe.gbps(t_copy)
+    return {"kv_gbps": kv_bytes / t_ours / 1e9, "pct_copy": 100 * kv_bytes / t_ours / 1e9 / rate, "copy_gbps": rate}
+
+
 def contiguous_kv(torch, pool: np.ndarray, table: np.ndarray):
     """The [B, Hkv, ctx, D] K or V that a block table reads from a pool [blocks, block, Hkv, D],
     gathered once into a contiguous tensor (the peer's layout for paged decode)."""
@@ -171,11 +195,12 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
         if s == (1024 if quick else 2048) and not causal:
             rows += _half_rows("attention_flash", shape, flops, progress, [q, k, v], fuel_cy.attention_flash)
     rows += _backward_rows(torch, rng, quick, progress)
-    paged_rows, copy_rate = _paged_rows(torch, rng, quick, progress)
+    probe = CopyProbe()   # timed beside each memory-bound call: its share of the copy rate
+    paged_rows, copy_rate = _paged_rows(torch, rng, quick, progress, probe)
     rows += paged_rows
-    rows += _mixed_rows(torch, rng, quick, progress, copy_rate)
+    rows += _mixed_rows(torch, rng, quick, progress, probe)
     rows += _varlen_rows(torch, rng, quick, progress)
-    rows += _varlen_paged_rows(torch, rng, quick, progress, copy_rate)
+    rows += _varlen_paged_rows(torch, rng, quick, progress, probe)
     rows += _sdpa_rows(torch, rng, quick, progress)
     rows += _numpy_rows(rng, progress)
     rows += _threads_rows(rng, quick, progress)
@@ -244,7 +269,7 @@ def _half_rows(kernel, shape, flops, progress, arrays, call) -> list[dict[str, A
     return rows
 
 
-def _paged_rows(torch, rng, quick, progress):
+def _paged_rows(torch, rng, quick, progress, probe):
     import fuel_cy
 
     rows = []
@@ -273,22 +298,23 @@ def _paged_rows(torch, rng, quick, progress):
                 v_ = vct[tt].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d)
                 return torch.nn.functional.scaled_dot_product_attention(tq, k_, v_, enable_gqa=True)
 
-            t_ours, t_sdpa, t_gather = interleaved(
-                [ours, lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True), gather_sdpa], reps=5)
+            t_ours, t_sdpa, t_gather, t_copy = interleaved(
+                [ours, lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True), gather_sdpa,
+                 probe], reps=5)
             rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops, "torch SDPA (contiguous K/V)",
-                             t_sdpa * 1e3, kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+                             t_sdpa * 1e3, **_read_share(kv_bytes, t_ours, t_copy, probe)))
             rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops, "torch gather + SDPA", t_gather * 1e3))
         else:
-            (t_ours,) = interleaved([ours])
+            t_ours, t_copy = interleaved([ours, probe])
             rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops,
-                             kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+                             **_read_share(kv_bytes, t_ours, t_copy, probe)))
         if ctx == 1024:
             rows += _half_rows("attention_paged_naive", shape, flops, progress, [q, kc, vc, table, lens],
                                fuel_cy.attention_paged_naive)
     return rows, copy_rate
 
 
-def _mixed_rows(torch, rng, quick, progress, copy_rate):
+def _mixed_rows(torch, rng, quick, progress, probe):
     """fuel_cy's mixed-precision kernels against torch SDPA in the same dtype (bf16, f16)."""
     import ml_dtypes
 
@@ -352,12 +378,12 @@ def _mixed_rows(torch, rng, quick, progress, copy_rate):
             tk, tv = (contiguous_kv(torch, x, table).to(tdt) for x in pool)
             tq = torch.from_numpy(q32).to(tdt)
             progress(f"mixed paged {code} {shape}")
-            t_ours, t_peer = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
-                                          lambda: sdpa(tq, tk, tv, enable_gqa=True)], reps=5)
+            t_ours, t_peer, t_copy = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
+                                                  lambda: sdpa(tq, tk, tv, enable_gqa=True), probe], reps=5)
             kv_bytes = 2 * kc.nbytes
             rows.append(_row("attention_paged_mixed", code, shape, t_ours * 1e3, 4 * b * hq * ctx * d,
                              f"torch SDPA {code.lower()} (contiguous K/V)", t_peer * 1e3,
-                             kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+                             **_read_share(kv_bytes, t_ours, t_copy, probe)))
             del kc, vc, tk, tv
     return rows
 
@@ -432,10 +458,11 @@ def _varlen_rows(torch, rng, quick, progress):
     return rows
 
 
-def _varlen_paged_rows(torch, rng, quick, progress, copy_rate):
+def _varlen_paged_rows(torch, rng, quick, progress, probe):
     """attention_varlen over a paged pool (block_table), a decode-heavy mix: 16 sequences of 512-4096
     keys, 14 of them decode steps (one query) and two chunks of 8 and 4 queries; the K and V it
-    reads against the large-copy rate, and torch SDPA per sequence on contiguous K/V."""
+    reads against the large-copy rate timed beside it (probe), and torch SDPA per sequence on
+    contiguous K/V."""
     import ml_dtypes
 
     import fuel_cy
@@ -480,13 +507,13 @@ def _varlen_paged_rows(torch, rng, quick, progress, copy_rate):
                 for qq, kk, vv in seq_kv:
                     sdpa(qq, kk, vv, enable_gqa=True, is_causal=False)
 
-        t_ours, t_peer = interleaved([lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table,
-                                                                       causal=True),
-                                      per_sequence], reps=5)
+        t_ours, t_peer, t_copy = interleaved([lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table,
+                                                                               causal=True),
+                                              per_sequence, probe], reps=5)
         kv_bytes = 2 * int(lens_k.sum()) * hkv * d * np.dtype(npdt).itemsize
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops,
                          f"torch SDPA per sequence {code.lower()} (contiguous K/V)", t_peer * 1e3,
-                         kv_gbps=kv_bytes / t_ours / 1e9, pct_copy=100 * kv_bytes / t_ours / 1e9 / copy_rate))
+                         **_read_share(kv_bytes, t_ours, t_copy, probe)))
     return rows
 
 
@@ -689,7 +716,9 @@ def print_table(result: dict[str, Any]) -> None:
               + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in result["peak_gflops"].items()))
     for r in result["rows"]:
         if r.get("pct_copy") is not None:
-            print(f"paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s = {r['pct_copy']:.0f}% of the copy rate")
+            beside = f" ({r['copy_gbps']:.1f} GB/s, timed beside it)" if r.get("copy_gbps") else ""
+            print(f"paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s = {r['pct_copy']:.0f}% of the copy rate"
+                  f"{beside}")
     for r in result["rows"]:
         if r.get("us") is not None:
             peer = f"; {r['peer']} {r['peer_us']:.1f} µs" if r.get("peer_us") is not None else ""
