@@ -501,8 +501,9 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     # tile): each task packs its K^T tiles itself, the next tile's rows asked for while it
     # computes, instead of a packing pass before the tasks that reads the pool with no math
     # beside it (AttnOpts.k_tiles)
-    cdef bint k_tiles = (_k_tiles_allowed and ktable != NULL and rnd_t is RoundNone and not naive and not bf16_pairs and not krows
-                         and k16 == NULL and k_h16 == NULL and sh.hpt <= 1 and flash_tasks(&sh, 1) == 1)
+    cdef bint k_tiles = (_k_tiles_allowed and ktable != NULL and rnd_t is RoundNone and not naive
+                         and not bf16_pairs and not krows and k16 == NULL and k_h16 == NULL and sh.hpt <= 1
+                         and flash_tasks(&sh, 1) == 1)
     o.k_tiles = k_tiles
     if k_tiles:
         per_thread = flash_scratch(sh.D, True)
