@@ -429,35 +429,30 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 fc_rowdots_heads_f32(Qs, 1, nr4, D, <float**>rows, nc, nc, S, BC)
             else:
                 fc_rowdots_heads_f64(Qs, 1, nr4, D, <double**>rows, nc, nc, S, BC)
-        elif ktile != NULL:
-            # this tile's K^T from its rows, whose blocks lie in any order (the hardware prefetcher
-            # stops at each): asked for into L2 one tile ahead, so that packing reads them there
-            # while the next tile's arrive.  The same packed values as pack_heads' for keys < nc,
-            # the only dots the tile uses.
-            for jj in range(nc):
-                rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, j0 + jj))
-            if kpf != j0:   # (the first tile visited: nothing asked for it yet)
-                fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
-            pack_kt(rows, nc, D, ktile)
-            kpf = j0 + BC
-            npf = kend - kpf if kend - kpf < BC else BC
-            for jj in range(npf):
-                rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
-            if npf > 0:
-                fc_prefetch_keys(<void**>rows, npf, D * sizeof(real_t))
-            if vbase != NULL:   # and V's rows for P V (as below)
-                for jj in range(nc):
-                    rows[jj] = vbase + key_row(o, j0 + jj) * ldv
-                fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
-            qk_tile(tag, Qs, nr4, D, ktile, S, BC, nc)
         else:
+            if ktile != NULL:
+                # this tile's K^T from its rows, whose blocks lie in any order (the hardware
+                # prefetcher stops at each): asked for into L2 one tile ahead, so that packing
+                # reads them there while the next tile's arrive.  The same packed values as
+                # pack_heads' for keys < nc, the only dots the tile uses.
+                for jj in range(nc):
+                    rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, j0 + jj))
+                if kpf != j0:   # (the first tile visited: nothing asked for it yet)
+                    fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
+                pack_kt(rows, nc, D, ktile)
+                kpf = j0 + BC
+                npf = kend - kpf if kend - kpf < BC else BC
+                for jj in range(npf):
+                    rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
+                if npf > 0:
+                    fc_prefetch_keys(<void**>rows, npf, D * sizeof(real_t))
             # V's rows of a paged pool asked into L2 while the dots run, so that P V, reading them
             # through the table, finds them there (its own prefetch runs only FC_PREFETCH keys ahead)
             if o.ktable != NULL and vbase != NULL:
                 for jj in range(nc):
                     rows[jj] = vbase + key_row(o, j0 + jj) * ldv
                 fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
-            qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S, BC, nc)
+            qk_tile(tag, Qs, nr4, D, ktile if ktile != NULL else kth + t * D * BC, S, BC, nc)
         for r in range(nr):
             srow = S + r * lds + toff
             nrow = nc
