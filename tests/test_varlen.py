@@ -408,6 +408,37 @@ def test_paged_chunks_packing_their_own_tiles_give_the_packing_pass_bits(dtype):
         c._test_chunk_k_tiles(saved)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_paged_chunks_in_the_decode_task_list_give_their_own_calls_bits(dtype):
+    """Paged chunks whose kv heads take one task each run in one task list with the decode steps
+    (chunks first); run each as its own call after the steps instead, every output and lse
+    element has the same bits: causal, a window with softcap, seqused_k (a chunk cut to no key, a
+    step to one), ALiBi per sequence, beside a chunk too tall for one tile (G * Sq = 72 > 64) and
+    an empty sequence; and right against float64."""
+    c = core()
+    lens = ([8, 1, 18, 1, 4, 0, 1, 12], [900, 1300, 400, 70, 260, 30, 5, 333])
+    q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=91)
+    kp, vp, table = paged_pool(k, v, cu_k, 16, seed=92)
+    slopes = np.random.default_rng(93).uniform(0.01, 0.3, (len(lens[0]), 8)).astype(np.float32)
+    used = np.array([0, 1, 400, 70, 200, 30, 5, 100], np.uint32)
+    saved = c._test_chunks_in_list()
+    try:
+        for kw in ({"causal": True}, {"window_size_left": 150, "softcap": 3.0}, {"seqused_k": used},
+                   {"causal": True, "alibi_slopes": slopes}):
+            seen = []
+            for on in (True, False):
+                assert c._test_chunks_in_list(on) is on
+                out, lse = fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, return_lse=True, **kw)
+                seen.append((bits(out), bits(lse)))
+            assert seen[0] == seen[1], kw
+            if "seqused_k" not in kw:
+                expected = reference(q, k, v, cu_q, cu_k, None, kw.get("causal", False), kw.get("window_size_left"),
+                                     None, kw.get("softcap"), kw.get("alibi_slopes"))
+                assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], 64, 1300, compute="f32"), kw
+    finally:
+        c._test_chunks_in_list(saved)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
 def test_seqused_k_uses_each_sequences_first_keys(dtype):
     """seqused_k[b] <= lk: only the first seqused_k[b] keys of sequence b take part (packed and

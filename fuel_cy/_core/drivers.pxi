@@ -800,16 +800,18 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     cdef const unsigned short* v_h
     dt = _np.float32 if real_t is float else _np.float64
     cdef Py_ssize_t qr = rs[0], qh = rs[1], kr = rs[2], kh = rs[3], vr = rs[4], vh = rs[5]
-    # the decode steps (sequences of one query) first, all in one task list
-    _varlen_decodes(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
-                    dims, params, nthreads, rs, round_p)
+    # the decode steps (sequences of one query) and the paged chunks that pack their own tiles
+    # first, all in one task list
+    cdef bint chunks_in_list = _chunks_join_list(tag, table, k16, bf16_pairs)
+    _varlen_task_list(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
+                      dims, params, nthreads, rs, round_p, chunks_in_list)
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
         if used != NULL:
             lk = used[b]
-        if lq == 0 or (lq == 1 and lk > 0):   # (a decode step: done above)
-            continue
+        if lq == 0 or (lk > 0 and (lq == 1 or (chunks_in_list and _chunk_in_list(lq, Hq, Hkv)))):
+            continue   # (a decode step or a chunk of the task list: done above)
         if lk == 0:   # no key: the sequence's rows are zero (fully masked)
             memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
@@ -869,71 +871,107 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
 
 # kv heads per decode task forced by the tests (_test_decode_heads_per_task); 0: chosen per call
 cdef Py_ssize_t _decode_hpt_forced = 0
-# decode steps handed out longest first (_test_decode_longest_first turns it off: the same bits)
+# the task list handed out costliest first (_test_decode_longest_first turns it off: the same bits)
 cdef bint _decode_longest_first = True
+# paged chunks that pack their own tiles join the decode steps' task list (_test_chunks_in_list
+# turns it off: each then runs as its own call of _forward, with the same bits)
+cdef bint _chunks_in_list_allowed = True
 
 
-cdef struct StepKeys:
-    Py_ssize_t keys   # the keys a decode step reads
-    Py_ssize_t s      # its index among the call's steps
+cdef bint _chunks_join_list(rnd_t tag, const unsigned int* table, const unsigned short* k16,
+                            bint bf16_pairs) noexcept:
+    """Whether _varlen's paged chunks of float32/float64 rows may run in its task list: those are
+    the ones _forward would give AttnOpts.k_tiles (each task packs its own K^T tiles through the
+    table, no packing pass before the tasks)."""
+    return (_chunks_in_list_allowed and _k_tiles_allowed and rnd_t is RoundNone and table != NULL
+            and k16 == NULL and not bf16_pairs)
 
 
-cdef int _more_keys_first(const void* a, const void* b) noexcept nogil:
-    cdef const StepKeys* x = <const StepKeys*>a
-    cdef const StepKeys* y = <const StepKeys*>b
-    if x.keys != y.keys:
-        return -1 if x.keys > y.keys else 1
+cdef inline bint _chunk_in_list(Py_ssize_t lq, Py_ssize_t Hq, Py_ssize_t Hkv) noexcept nogil:
+    """A chunk of lq > 1 queries whose kv heads take one task each (flash_tasks: its G * lq rows
+    in one tile, stacked head after head)."""
+    return lq > 1 and (Hq // Hkv) * lq <= BR_FLASH
+
+
+cdef struct TaskCost:
+    bint chunk        # a chunk (more than one query), whose tasks go before the decode steps'
+    Py_ssize_t cost   # the keys each of its tasks reads, times its kv heads or its rows
+    Py_ssize_t s      # its index among the list's sequences
+
+
+cdef int _costliest_first(const void* a, const void* b) noexcept nogil:
+    cdef const TaskCost* x = <const TaskCost*>a
+    cdef const TaskCost* y = <const TaskCost*>b
+    if x.chunk != y.chunk:
+        return -1 if x.chunk else 1
+    if x.cost != y.cost:
+        return -1 if x.cost > y.cost else 1
     return -1 if x.s < y.s else (1 if x.s > y.s else 0)
 
 
-cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
-                            const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
-                            const unsigned int* table, Py_ssize_t mbs, const unsigned int* used,
-                            const real_t* slopes, Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims,
-                            dict params, int nthreads, const Py_ssize_t* rs, int round_p=0):
-    """Every sequence of _varlen with one query and at least one key (a decode step), as one task
-    list (kernels.pxi decodes_core): a team per sequence cost more than a short sequence's math.
-    K and V are read where they lie, packed rows or a paged pool's rows through the sequence's
-    table row, bf16/f16 ones in their 16-bit storage (k16, v16; k and v NULL); each row's
-    arithmetic is the flash forward's decode step (scores as row dots, no packed K^T)."""
+cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
+                              const unsigned short* k16, const unsigned short* v16, int is_f16,
+                              const unsigned int* cu_q, const unsigned int* cu_k, const unsigned int* table,
+                              Py_ssize_t mbs, const unsigned int* used, const real_t* slopes,
+                              Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params,
+                              int nthreads, const Py_ssize_t* rs, int round_p, bint chunks):
+    """Every sequence of _varlen with one query and at least one key (a decode step) and, with
+    chunks (_chunks_join_list), every paged chunk whose kv heads take one task each
+    (_chunk_in_list), as one task list (kernels.pxi decodes_core): a team per sequence cost more
+    than a short sequence's math, and a chunk's math beside the steps' reads keeps both cores
+    busy where a chunk run after them left the reads' tail and its own to one core.  K and V are
+    read where they lie, packed rows or a paged pool's rows through the sequence's table row,
+    bf16/f16 ones in their 16-bit storage (k16, v16; k and v NULL); a decode step's arithmetic
+    is the flash forward's decode step (scores as row dots, no packed K^T), a chunk's is its
+    flash forward's, each task packing its K^T tiles (AttnOpts.k_tiles)."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
-    cdef Py_ssize_t b, n = 0, lk, k0, q0, s, t, ntasks = 0, macs = 0, j, jj
+    cdef Py_ssize_t b, n = 0, ndec = 0, lk, lq, k0, q0, s, t, ntasks = 0, macs = 0, j, jj, keys
+    cdef bint any_chunk = False
     cdef AttnOpts* o
     for b in range(B1 - 1):
         lk = (used[b] if used != NULL else <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b])
-        if <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b] == 1 and lk > 0:
-            n += 1
+        lq = <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
+        if lk > 0 and lq == 1:
+            ndec += 1
+        elif lk > 0 and chunks and _chunk_in_list(lq, Hq, Hkv):
+            any_chunk = True
+        else:
+            continue
+        n += 1
     if n == 0:
         return
-    # kv heads per task (Shape.hpt): as many as 32 rows hold (G rounded up to NR per head), where
-    # K's and V's heads are adjacent in their rows, halved while the steps would make fewer than 4
-    # tasks per thread
+    # kv heads per decode task (Shape.hpt): as many as 32 rows hold (G rounded up to NR per head),
+    # where K's and V's heads are adjacent in their rows, halved while the steps would make fewer
+    # than 4 tasks per thread
     cdef Py_ssize_t G = Hq // Hkv if Hkv > 0 else 1, hpt = 1
     cdef Py_ssize_t rph = (G + NR - 1) // NR * NR
     if Hkv > 1 and rph <= 16 and rs[3] == D and rs[5] == D:
         hpt = min(32 // rph, Hkv)
-        while hpt > 1 and n * ceil_div(Hkv, hpt) < 4 * nthreads:
+        while hpt > 1 and ndec * ceil_div(Hkv, hpt) < 4 * nthreads:
             hpt = (hpt + 1) // 2
         if _decode_hpt_forced > 0:   # (the tests: every split gives the same bits)
             hpt = min(_decode_hpt_forced, 32 // rph, Hkv)
-    # per decode step: its Shape, AttnOpts and operand pointers, in buffers numpy owns (a failed
+    # per sequence: its Shape, AttnOpts and operand pointers, in buffers numpy owns (a failed
     # allocation is a MemoryError)
     cdef AttnOpts base = _opts(params, 1, 1, 0)
     base.round_p = round_p
+    base.alibi_abs = 1
     wl_param, wr_param = params.get("window_size_left"), params.get("window_size_right")
     shapes_buf = _np.empty(n * sizeof(Shape), _np.uint8)
     opts_buf = _np.empty(n * sizeof(AttnOpts), _np.uint8)
     ptrs_buf = _np.empty(5 * n * sizeof(real_t*), _np.uint8)
+    order_buf = _np.empty(n * sizeof(TaskCost), _np.uint8)
     cdef Shape* shapes = <Shape*>cnp.PyArray_DATA(<cnp.ndarray>shapes_buf)
     cdef AttnOpts* opts = <AttnOpts*>cnp.PyArray_DATA(<cnp.ndarray>opts_buf)
+    cdef TaskCost* order = <TaskCost*>cnp.PyArray_DATA(<cnp.ndarray>order_buf)
     cdef real_t** qs = <real_t**>cnp.PyArray_DATA(<cnp.ndarray>ptrs_buf)
     cdef real_t** ks = qs + n
     cdef real_t** vs = qs + 2 * n
     cdef real_t** ss = qs + 3 * n
     cdef real_t** outs = qs + 4 * n
-    cdef Layout lq, lo, lk_, lv
-    lq.sb, lq.sh, lq.ss, lq.H = 0, rs[1], rs[0], Hq          # q: one row of Hq heads where it lies
+    cdef Layout lq_, lo, lk_, lv
+    lq_.sb, lq_.sh, lq_.ss, lq_.H = 0, rs[1], rs[0], Hq      # q: rows of Hq heads where they lie
     lo.sb, lo.sh, lo.ss, lo.H = 0, D, Hq * D, Hq             # out: C-contiguous
     lk_.sb, lk_.sh, lk_.ss, lk_.H = 0, rs[3], rs[2], Hkv     # k and v rows where they lie
     lv.sb, lv.sh, lv.ss, lv.H = 0, rs[5], rs[4], Hkv
@@ -943,20 +981,21 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
     s = 0
     for b in range(B1 - 1):
         q0, k0 = cu_q[b], cu_k[b]
+        lq = <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>q0
         lk = (used[b] if used != NULL else <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b])
-        if <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>q0 != 1 or lk == 0:
+        if lk == 0 or not (lq == 1 or (chunks and _chunk_in_list(lq, Hq, Hkv))):
             continue
-        shapes[s].B, shapes[s].Hq, shapes[s].Hkv, shapes[s].Sq, shapes[s].Sk, shapes[s].D = 1, Hq, Hkv, 1, lk, D
-        shapes[s].lq, shapes[s].lo, shapes[s].lk, shapes[s].lv = lq, lo, lk_, lv
-        shapes[s].stack = 0
-        shapes[s].hpt = hpt
+        shapes[s].B, shapes[s].Hq, shapes[s].Hkv, shapes[s].Sq, shapes[s].Sk, shapes[s].D = 1, Hq, Hkv, lq, lk, D
+        shapes[s].lq, shapes[s].lo, shapes[s].lk, shapes[s].lv = lq_, lo, lk_, lv
+        # a chunk: its rows stacked head after head in one tile per kv head (as _forward's)
+        shapes[s].stack = lq > 1
+        shapes[s].hpt = hpt if lq == 1 else 1
         opts[s] = base
         o = &opts[s]
-        o.shift = lk - 1   # the query sits at the sequence's last key (bottom-right)
+        o.shift = lk - lq   # the queries sit at the sequence's last keys (bottom-right)
         o.k_len = lk
         o.wl = _window(wl_param, lk)
-        o.wr = _window(wr_param, 1)
-        o.alibi_abs = 1
+        o.wr = _window(wr_param, lq)
         o.it = &it
         # the sequence's first row, packed; a pool's base, paged
         jk = 0 if table != NULL else k0 * rs[2]
@@ -965,7 +1004,8 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
             o.k16, o.v16, o.is_f16 = k16 + jk, v16 + jv, is_f16
             ks[s] = vs[s] = NULL
         else:
-            o.k_rows = 1
+            o.k_rows = lq == 1
+            o.k_tiles = lq > 1
             ks[s], vs[s] = <real_t*>(k + jk), <real_t*>(v + jv)
         if table != NULL:
             o.ktable, o.kbs = table + b * mbs, BS
@@ -974,19 +1014,24 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
         qs[s], outs[s] = <real_t*>(q + q0 * rs[0]), out + q0 * Hq * D
         ss[s] = <real_t*>(slopes + b * slopes_ld) if slopes != NULL else NULL
         ntasks += flash_tasks(&shapes[s], Hkv)
-        macs = macs + Hq * lk * D if macs < PY_SSIZE_T_MAX // 2 else macs
-        s += 1
-    # The steps' tasks longest first (the keys each reads; ties in batch order): the threads take
-    # tasks in list order, and a long step taken last kept one thread reading alone while the
-    # others waited (a batch's lengths vary: 512-4096 keys in the bench's decode mix).  Each task
-    # computes the same either way, so the order changes no bits.
-    order_buf = _np.empty(n * sizeof(StepKeys), _np.uint8)
-    cdef StepKeys* order = <StepKeys*>cnp.PyArray_DATA(<cnp.ndarray>order_buf)
-    for s in range(n):
-        order[s].keys = shapes[s].Sk if opts[s].wl < 0 else min(shapes[s].Sk, opts[s].wl + 1)
+        jj = _sat_mul(_sat_mul(Hq * lq, lk), D)
+        macs = macs + jj if macs < PY_SSIZE_T_MAX - jj else PY_SSIZE_T_MAX
+        # a task's size: the keys it reads (a window's, at most) times its kv heads (a decode
+        # step's reads) or its rows (a chunk's multiply-adds)
+        keys = lk if o.wl < 0 else min(lk, o.wl + lq)
+        order[s].chunk = lq > 1
+        order[s].cost = _sat_mul(keys, G * lq if lq > 1 else shapes[s].hpt)
         order[s].s = s
+        s += 1
+    # The chunks' tasks first, then the decode steps', each largest first (ties in batch order):
+    # the threads take tasks in list order, and a long one taken last kept one thread working
+    # alone while the others waited (a batch's lengths vary: 512-4096 keys in the bench's decode
+    # mix).  The chunks' math first, the steps' short reads filling the tail after it, measured
+    # 0.86-0.89x the time of the bench's mix against chunks after the steps, where an order by
+    # estimated time that put chunks among the steps measured 0.91-0.97x.  Each task computes
+    # the same in any order, so the order changes no bits.
     if _decode_longest_first:
-        qsort(order, n, sizeof(StepKeys), _more_keys_first)
+        qsort(order, n, sizeof(TaskCost), _costliest_first)
     tasks_buf = _np.empty(2 * ntasks, _np.intp)
     cdef Py_ssize_t* task_seq = <Py_ssize_t*>cnp.PyArray_DATA(<cnp.ndarray>tasks_buf)
     cdef Py_ssize_t* task_local = task_seq + ntasks
@@ -997,7 +1042,7 @@ cdef object _varlen_decodes(rnd_t tag, const real_t* q, const real_t* k, const r
             task_seq[t], task_local[t] = s, jj
             t += 1
     cdef int nt = <int>min(_threads_for(nthreads, macs), ntasks)
-    cdef Py_ssize_t per_thread = flash_scratch(D)
+    cdef Py_ssize_t per_thread = flash_scratch(D, any_chunk)
     buf = _scratch("varlen:decodes", nt * per_thread * sizeof(real_t))
     cdef real_t* scratch = <real_t*>_aligned(buf)
     with nogil:

@@ -180,12 +180,22 @@ def _test_decode_heads_per_task(n=None):
 
 
 def _test_decode_longest_first(on=None):
-    """Testing hook: whether attention_varlen hands out its decode steps longest first (the
-    default) or in batch order.  With an argument, switch to it first."""
+    """Testing hook: whether attention_varlen hands out its task list (decode steps, chunks)
+    chunks first, then decode steps, each largest first (the default), or in batch order.  With an argument, switch to it first."""
     global _decode_longest_first
     if on is not None:
         _decode_longest_first = bool(on)
     return _decode_longest_first
+
+
+def _test_chunks_in_list(on=None):
+    """Testing hook: whether attention_varlen's paged chunks that pack their own K^T tiles run in
+    the decode steps' task list (the default) or each as its own call after them.  With an
+    argument, switch to it first."""
+    global _chunks_in_list_allowed
+    if on is not None:
+        _chunks_in_list_allowed = bool(on)
+    return _chunks_in_list_allowed
 
 
 def _test_chunk_k_tiles(on=None):
