@@ -40,7 +40,12 @@ cdef struct AttnOpts:
     int k_tiles       # the flash forward packs each K^T tile itself from K's rows where they lie
                       # (through ktable), into its thread's scratch (flash_scratch(D, 1)), with the
                       # next tile's rows asked for ahead: a paged sequence whose kv heads each have
-                      # one task, so that no tile would be packed twice
+                      # one task, so that no tile would be packed twice; with kp16 (bf16 pairs),
+                      # each tile's K pairs and V pairs instead, from kp16's and vp16's rows
+    # (k_tiles, float32 compute) the bf16 K and V whose pairs each tile packs (laid out as Shape.lk
+    # and lv say, through ktable), for the vdpbf16ps products: NULL otherwise
+    const unsigned short* kp16
+    const unsigned short* vp16
     # a decode step under float32 compute on bf16/f16 K and V: their rows read in place in their
     # 16-bit storage (laid out as Shape.lk / lv say), widened in registers; NULL otherwise
     const unsigned short* k16

@@ -295,6 +295,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.k_rows = 0
     o.k_tiles = 0
     o.k16 = o.v16 = NULL
+    o.kp16 = o.vp16 = NULL
     o.is_f16 = 0
     o.ktable = NULL
     o.kbs = 0
@@ -393,6 +394,13 @@ cdef inline int _threads_for(int nthreads, Py_ssize_t macs) noexcept nogil:
 # a paged chunk's tasks pack their own K^T tiles (AttnOpts.k_tiles; _test_chunk_k_tiles turns it
 # off: a packing pass first, the same bits)
 cdef bint _k_tiles_allowed = True
+
+
+cdef inline bint _pairs_in_task(bint bf16_pairs, const unsigned short* k_h16, const unsigned short* v_h16) noexcept:
+    """Whether a bf16-pairs flash whose K and V are in their 16-bit storage may pair each tile in
+    its task (AttnOpts.kp16): its P V runs on V's pairs alone (v_h16), on vdpbf16ps, not on AMX
+    tiles."""
+    return bf16_pairs and k_h16 != NULL and v_h16 != NULL and FC_HAVE_DPBF16 and not fc_bf16_on_tiles()
 
 
 cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* slopes,
@@ -501,20 +509,25 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     # tile): each task packs its K^T tiles itself, the next tile's rows asked for while it
     # computes, instead of a packing pass before the tasks that reads the pool with no math
     # beside it (AttnOpts.k_tiles)
+    # beside the vdpbf16ps products (bf16 storage, P V on V's pairs alone), each task pairs its
+    # tiles' K and V rows the same way (AttnOpts.kp16); not where the products run on AMX tiles
     cdef bint k_tiles = (_k_tiles_allowed and ktable != NULL and rnd_t is RoundNone and not naive
-                         and not bf16_pairs and not krows and k16 == NULL and k_h16 == NULL and sh.hpt <= 1
-                         and flash_tasks(&sh, 1) == 1)
+                         and not krows and k16 == NULL and sh.hpt <= 1 and flash_tasks(&sh, 1) == 1
+                         and (_pairs_in_task(bf16_pairs, k_h16, v_h16) if bf16_pairs else k_h16 == NULL))
     o.k_tiles = k_tiles
     if k_tiles:
         per_thread = flash_scratch(sh.D, True)
+        if bf16_pairs:
+            o.kp16, o.vp16 = k_h16, v_h16
+            vpairs = False
     # one buffer: packed K (or its bf16 pairs), V's pairs, then every thread's scratch, each 64-byte aligned
     cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows or k_tiles or k16 != NULL else chunk * per_head * sizeof(real_t)
-    cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs else 0
+    cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs and not k_tiles else 0
     cdef Py_ssize_t n_vpp = chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int) if vpairs else 0
     buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp) + nt * per_thread * sizeof(real_t))
     cdef char* base = _aligned(buf)
     cdef real_t* ktp = <real_t*>base
-    cdef unsigned int* kpp_p = <unsigned int*>(base + _up64(n_ktp)) if bf16_pairs else NULL
+    cdef unsigned int* kpp_p = <unsigned int*>(base + _up64(n_ktp)) if bf16_pairs and not k_tiles else NULL
     cdef unsigned int* vpp_p = <unsigned int*>(base + _up64(n_ktp) + _up64(n_kpp)) if vpairs else NULL
     cdef real_t* scratch = <real_t*>(base + _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp))
     cdef fc_interrupt it
@@ -525,7 +538,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         kv0 = 0
         while kv0 < nkv_total and not fc_stopped(&it):
             nkv = min(chunk, nkv_total - kv0)
-            if real_t is float:
+            if real_t is float and not k_tiles:
                 if bf16_pairs and k_h16 != NULL:
                     pack_heads_pairs16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt, False, ktable, kbs)
                 elif bf16_pairs:
@@ -802,7 +815,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     cdef Py_ssize_t qr = rs[0], qh = rs[1], kr = rs[2], kh = rs[3], vr = rs[4], vh = rs[5]
     # the decode steps (sequences of one query) and the paged chunks that pack their own tiles
     # first, all in one task list
-    cdef bint chunks_in_list = _chunks_join_list(tag, table, k16, bf16_pairs)
+    cdef bint chunks_in_list = _chunks_join_list(tag, table, k16, v16, bf16_pairs, round_p)
     _varlen_task_list(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
                       dims, params, nthreads, rs, round_p, chunks_in_list)
     for b in range(B1 - 1):
@@ -879,12 +892,15 @@ cdef bint _chunks_in_list_allowed = True
 
 
 cdef bint _chunks_join_list(rnd_t tag, const unsigned int* table, const unsigned short* k16,
-                            bint bf16_pairs) noexcept:
-    """Whether _varlen's paged chunks of float32/float64 rows may run in its task list: those are
-    the ones _forward would give AttnOpts.k_tiles (each task packs its own K^T tiles through the
-    table, no packing pass before the tasks)."""
-    return (_chunks_in_list_allowed and _k_tiles_allowed and rnd_t is RoundNone and table != NULL
-            and k16 == NULL and not bf16_pairs)
+                            const unsigned short* v16, bint bf16_pairs, int round_p) noexcept:
+    """Whether _varlen's paged chunks may run in its task list: those _forward would give
+    AttnOpts.k_tiles (each task packs its own tiles through the table, K^T from float32/float64
+    rows or K's and V's pairs from bf16 ones, no packing pass before the tasks)."""
+    if not (_chunks_in_list_allowed and _k_tiles_allowed and rnd_t is RoundNone and table != NULL):
+        return False
+    if k16 == NULL:
+        return not bf16_pairs
+    return _pairs16_v(round_p) and _pairs_in_task(bf16_pairs, k16, v16)
 
 
 cdef inline bint _chunk_in_list(Py_ssize_t lq, Py_ssize_t Hq, Py_ssize_t Hkv) noexcept nogil:
@@ -1000,12 +1016,15 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
         # the sequence's first row, packed; a pool's base, paged
         jk = 0 if table != NULL else k0 * rs[2]
         jv = 0 if table != NULL else k0 * rs[4]
-        if k16 != NULL:
+        o.k_tiles = lq > 1
+        if k16 != NULL and lq > 1:   # (a chunk: its tiles' bf16 pairs)
+            o.kp16, o.vp16, o.is_f16 = k16, v16, is_f16
+            ks[s] = vs[s] = NULL
+        elif k16 != NULL:
             o.k16, o.v16, o.is_f16 = k16 + jk, v16 + jv, is_f16
             ks[s] = vs[s] = NULL
         else:
             o.k_rows = lq == 1
-            o.k_tiles = lq > 1
             ks[s], vs[s] = <real_t*>(k + jk), <real_t*>(v + jv)
         if table != NULL:
             o.ktable, o.kbs = table + b * mbs, BS

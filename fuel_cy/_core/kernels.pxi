@@ -171,9 +171,10 @@ cdef void pack_heads16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_
 
 cdef inline Py_ssize_t flash_scratch(Py_ssize_t D, bint k_tiles=False) noexcept nogil:
     """The work-type elements of one thread's flash_task scratch: Q, S, O, m, l, Q's bf16 pairs and
-    P's (round_p); with k_tiles (AttnOpts.k_tiles), the tile's K^T after them."""
+    P's (round_p); with k_tiles (AttnOpts.k_tiles), the tile's K^T after them (or its K pairs and
+    V pairs, (D + 1) // 2 * BC + BC // 2 * D 32-bit words)."""
     return (2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * ((D + 1) // 2) + BR_FLASH * (BC // 2)
-            + (D * BC if k_tiles else 0))
+            + ((D + 1) * BC if k_tiles else 0))
 
 
 cdef inline void pv_bf16_rounded(float* P, Py_ssize_t ldp, Py_ssize_t nr4, Py_ssize_t nc, const float* V,
@@ -267,8 +268,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef Py_ssize_t ldv = sh.lv.ss
     cdef real_t* kth = ktp + (kvh - kv0) * ntiles * D * BC
     # with o.k_tiles, ktp is K itself and each tile is packed here (flash_scratch's last D * BC)
-    cdef real_t* ktile = buf + flash_scratch(D) if o.k_tiles else NULL
+    cdef real_t* ktile = buf + flash_scratch(D) if o.k_tiles and o.kp16 == NULL else NULL
     cdef Py_ssize_t kpf = -1, npf   # (k_tiles) the tile whose rows were asked for ahead; how many
+    # with o.k_tiles and o.kp16, each tile's K pairs and V pairs are packed here instead, and kpp,
+    # vpp point at them (one tile each, not a kv head's tiles)
+    cdef bint pair_tiles = real_t is float and o.k_tiles and o.kp16 != NULL
+    cdef const unsigned short* kprow16 = o.kp16 + row_offset(&sh.lk, kvh, 0) if pair_tiles else NULL
+    cdef const unsigned short* vprow16 = o.vp16 + row_offset(&sh.lv, kvh, 0) if pair_tiles else NULL
+    if pair_tiles:
+        kpp = <unsigned int*>(buf + flash_scratch(D))
+        vpp = kpp + ((D + 1) // 2) * BC
     # with o.k_rows, ktp is K itself, laid out as sh.lk says
     cdef real_t* krow0 = ktp + row_offset(&sh.lk, kvh, 0) if o.k_rows else NULL
     cdef real_t scale = R(tag, <real_t>o.scale)
@@ -415,8 +424,25 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                         rows[jj] = vbase + key_row(o, j0 + jj) * ldv
             toff = j0 - wbase
         elif kpp != NULL:
+            if pair_tiles:
+                # this tile's K pairs from its rows and V's rows asked for, as k_tiles' K^T below
+                for jj in range(nc):
+                    rows16[jj] = kprow16 + key_row(o, j0 + jj) * sh.lk.ss
+                if kpf != j0:
+                    fc_prefetch_keys(<void**>rows16, nc, D * sizeof(unsigned short))
+                fc_pack_k_pairs_b16(rows16, nc, D, <unsigned int*>kpp)
+                kpf = j0 + BC
+                npf = kend - kpf if kend - kpf < BC else BC
+                for jj in range(npf):
+                    rows16[jj] = kprow16 + key_row(o, kpf + jj) * sh.lk.ss
+                if npf > 0:
+                    fc_prefetch_keys(<void**>rows16, npf, D * sizeof(unsigned short))
+                for jj in range(nc):
+                    rows16[jj] = vprow16 + key_row(o, j0 + jj) * ldv
+                fc_prefetch_keys(<void**>rows16, nc, D * sizeof(unsigned short))
             if rnd_t is RoundNone and real_t is float:
-                fc_qk_dpbf16(Qp, nr4, D2, kpp + ((kvh - kv0) * ntiles + t) * D2 * BC, S, BC, nc)
+                fc_qk_dpbf16(Qp, nr4, D2, kpp if pair_tiles else kpp + ((kvh - kv0) * ntiles + t) * D2 * BC,
+                             S, BC, nc)
         elif krow16 != NULL:
             for jj in range(nc):
                 rows16[jj] = krow16 + key_row(o, j0 + jj) * sh.lk.ss
@@ -516,8 +542,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             continue
         if vbase == NULL:   # (only V's bf16 pairs are at hand: the round_p product on them)
             if rnd_t is RoundNone and real_t is float:
-                fc_pv_dpbf16_vec(S, BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D, D, O, D, Pp,
-                                 rp_exp != o.round_p)
+                if pair_tiles:   # (rows16 holds this tile's V rows, asked for before the dots)
+                    fc_pack_v_pairs_b16(rows16, nc, D, <unsigned int*>vpp)
+                fc_pv_dpbf16_vec(S, BC, nr4, nc, vpp if pair_tiles else vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D,
+                                 D, O, D, Pp, rp_exp != o.round_p)
             continue
         for jj in range(nc):
             rows[jj] = vbase + key_row(o, j0 + jj) * ldv
