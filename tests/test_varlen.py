@@ -426,7 +426,7 @@ def test_paged_chunks_in_the_decode_task_list_give_their_own_calls_bits(dtype, d
     saved = c._test_chunks_in_list()
     try:
         for kw in ({"causal": True}, {"window_size_left": 150, "softcap": 3.0}, {"seqused_k": used},
-                   {"causal": True, "alibi_slopes": slopes}):
+                   {"causal": True, "alibi_slopes": slopes}, {"window_size_left": 40, "window_size_right": 3}):
             seen = []
             for on in (True, False):
                 assert c._test_chunks_in_list(on) is on
@@ -435,7 +435,7 @@ def test_paged_chunks_in_the_decode_task_list_give_their_own_calls_bits(dtype, d
             assert seen[0] == seen[1], kw
             if "seqused_k" not in kw:
                 expected = reference(q, k, v, cu_q, cu_k, None, kw.get("causal", False), kw.get("window_size_left"),
-                                     None, kw.get("softcap"), kw.get("alibi_slopes"))
+                                     kw.get("window_size_right"), kw.get("softcap"), kw.get("alibi_slopes"))
                 assert rel(out, expected) <= bound(CODES[np.dtype(dtype)], d, 1300, compute="f32"), kw
     finally:
         c._test_chunks_in_list(saved)
