@@ -411,9 +411,9 @@ def test_paged_chunks_packing_their_own_tiles_give_the_packing_pass_bits(dtype):
 @pytest.mark.parametrize("d", [64, 63])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
 def test_paged_chunks_in_the_decode_task_list_give_their_own_calls_bits(dtype, d):
-    """Paged chunks whose kv heads take one task each run in one task list with the decode steps
-    (chunks first); run each as its own call after the steps instead, every output and lse
-    element has the same bits: causal, a window with softcap, seqused_k (a chunk cut to no key, a
+    """Chunks whose kv heads take one task each run in one task list with the decode steps
+    (chunks first), over a paged pool and over packed keys; run each as its own call after the
+    steps instead, every output and lse element has the same bits: causal, a window with softcap, seqused_k (a chunk cut to no key, a
     step to one), ALiBi per sequence, beside a chunk too tall for one tile (G * Sq = 72 > 64) and
     an empty sequence (an odd head size too: bf16 pairs with a lone last element); and right
     against float64."""
@@ -430,9 +430,11 @@ def test_paged_chunks_in_the_decode_task_list_give_their_own_calls_bits(dtype, d
             seen = []
             for on in (True, False):
                 assert c._test_chunks_in_list(on) is on
-                out, lse = fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, return_lse=True, **kw)
-                seen.append((bits(out), bits(lse)))
-            assert seen[0] == seen[1], kw
+                for pool in ({"block_table": table}, {}):
+                    kk, vv = (kp, vp) if pool else (k, v)
+                    out, lse = fuel_cy.attention_varlen(q, kk, vv, cu_q, cu_k, return_lse=True, **pool, **kw)
+                    seen.append((bits(out), bits(lse)))
+            assert all(x == seen[0] for x in seen), kw
             if "seqused_k" not in kw:
                 expected = reference(q, k, v, cu_q, cu_k, None, kw.get("causal", False), kw.get("window_size_left"),
                                      kw.get("window_size_right"), kw.get("softcap"), kw.get("alibi_slopes"))

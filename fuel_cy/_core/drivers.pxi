@@ -813,7 +813,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     cdef const unsigned short* v_h
     dt = _np.float32 if real_t is float else _np.float64
     cdef Py_ssize_t qr = rs[0], qh = rs[1], kr = rs[2], kh = rs[3], vr = rs[4], vh = rs[5]
-    # the decode steps (sequences of one query) and the paged chunks that pack their own tiles
+    # the decode steps (sequences of one query) and the chunks whose kv heads take one task each
     # first, all in one task list
     cdef bint chunks_in_list = _chunks_join_list(tag, table, k16, v16, bf16_pairs, round_p)
     _varlen_task_list(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
@@ -886,17 +886,18 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
 cdef Py_ssize_t _decode_hpt_forced = 0
 # the task list handed out costliest first (_test_decode_longest_first turns it off: the same bits)
 cdef bint _decode_longest_first = True
-# paged chunks that pack their own tiles join the decode steps' task list (_test_chunks_in_list
+# chunks that pack their own tiles join the decode steps' task list (_test_chunks_in_list
 # turns it off: each then runs as its own call of _forward, with the same bits)
 cdef bint _chunks_in_list_allowed = True
 
 
 cdef bint _chunks_join_list(rnd_t tag, const unsigned int* table, const unsigned short* k16,
                             const unsigned short* v16, bint bf16_pairs, int round_p) noexcept:
-    """Whether _varlen's paged chunks may run in its task list: those _forward would give
-    AttnOpts.k_tiles (each task packs its own tiles through the table, K^T from float32/float64
-    rows or K's and V's pairs from bf16 ones, no packing pass before the tasks)."""
-    if not (_chunks_in_list_allowed and _k_tiles_allowed and rnd_t is RoundNone and table != NULL):
+    """Whether _varlen's chunks may run in its task list, each task packing its own tiles from the
+    rows where they lie (AttnOpts.k_tiles: K^T from float32/float64 rows or K's and V's pairs from
+    bf16 ones, through the table of a paged pool), no packing pass or gathered copy before the
+    tasks."""
+    if not (_chunks_in_list_allowed and _k_tiles_allowed and rnd_t is RoundNone):
         return False
     if k16 == NULL:
         return not bf16_pairs
@@ -932,14 +933,15 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
                               Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params,
                               int nthreads, const Py_ssize_t* rs, int round_p, bint chunks):
     """Every sequence of _varlen with one query and at least one key (a decode step) and, with
-    chunks (_chunks_join_list), every paged chunk whose kv heads take one task each
+    chunks (_chunks_join_list), every chunk whose kv heads take one task each
     (_chunk_in_list), as one task list (kernels.pxi decodes_core): a team per sequence cost more
     than a short sequence's math, and a chunk's math beside the steps' reads keeps both cores
     busy where a chunk run after them left the reads' tail and its own to one core.  K and V are
     read where they lie, packed rows or a paged pool's rows through the sequence's table row,
     bf16/f16 ones in their 16-bit storage (k16, v16; k and v NULL); a decode step's arithmetic
     is the flash forward's decode step (scores as row dots, no packed K^T), a chunk's is its
-    flash forward's, each task packing its K^T tiles (AttnOpts.k_tiles)."""
+    flash forward's, each task packing its K^T tiles (or K's and V's bf16 pairs) from the rows
+    where they lie (AttnOpts.k_tiles), no gathered copy."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t b, n = 0, ndec = 0, lk, lq, k0, q0, s, t, ntasks = 0, macs = 0, j, jj, keys
@@ -1018,7 +1020,7 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
         jv = 0 if table != NULL else k0 * rs[4]
         o.k_tiles = lq > 1
         if k16 != NULL and lq > 1:   # (a chunk: its tiles' bf16 pairs)
-            o.kp16, o.vp16, o.is_f16 = k16, v16, is_f16
+            o.kp16, o.vp16, o.is_f16 = k16 + jk, v16 + jv, is_f16
             ks[s] = vs[s] = NULL
         elif k16 != NULL:
             o.k16, o.v16, o.is_f16 = k16 + jk, v16 + jv, is_f16
