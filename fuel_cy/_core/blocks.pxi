@@ -38,10 +38,11 @@ cdef struct AttnOpts:
     int k_rows        # the flash forward's scores are row dots with K's rows where they lie (a
                       # decode step: one query row per head; packing K^T would cost more than them)
     int k_tiles       # the flash forward packs each K^T tile itself from K's rows where they lie
-                      # (through ktable), into its thread's scratch (flash_scratch(D, 1)), with the
-                      # next tile's rows asked for ahead: a paged sequence whose kv heads each have
-                      # one task, so that no tile would be packed twice; with kp16 (bf16 pairs),
-                      # each tile's K pairs and V pairs instead, from kp16's and vp16's rows
+                      # (through ktable in a paged pool), into its thread's scratch
+                      # (flash_scratch(D, 1)), with the next tile's rows asked for ahead: a
+                      # sequence whose kv heads each have one task, so that no tile would be packed
+                      # twice; with kp16 (bf16 pairs), each tile's K pairs and V pairs instead, from
+                      # kp16's and vp16's rows
     # (k_tiles, float32 compute) the bf16 K and V whose pairs each tile packs (laid out as Shape.lk
     # and lv say, through ktable), for the vdpbf16ps products: NULL otherwise
     const unsigned short* kp16
