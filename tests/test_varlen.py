@@ -384,8 +384,9 @@ def test_a_paged_pool_gives_the_packed_bits(dtype, block_size, d):
 def test_paged_chunks_packing_their_own_tiles_give_the_packing_pass_bits(dtype):
     """A paged sequence whose kv heads take one task each (G * Sq rows in one tile) packs its K^T
     tiles inside the task (bf16: its K and V pairs for vdpbf16ps, where P V runs on them), the
-    next tile's rows asked for ahead; with a packing pass first instead, the same bits: causal (tiles past the diagonal skipped), a window (tiles before it
-    skipped), seqused_k (a tile cut short) and lse, and right against float64."""
+    next tile's rows asked for ahead; with a packing pass first instead, the same bits: causal
+    (tiles past the diagonal skipped), a window (tiles before it skipped), seqused_k (a tile cut
+    short) and lse, and right against float64."""
     c = core()
     lens = ([3, 5, 12, 1], [700, 260, 333, 90])   # G * Sq = 12, 20 and 48 rows: one tile each
     q, k, v, cu_q, cu_k = packed(*lens, 8, 2, 64, dtype, seed=81)
@@ -410,13 +411,13 @@ def test_paged_chunks_packing_their_own_tiles_give_the_packing_pass_bits(dtype):
 
 @pytest.mark.parametrize("d", [64, 63])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
-def test_paged_chunks_in_the_decode_task_list_give_their_own_calls_bits(dtype, d):
+def test_chunks_in_the_decode_task_list_give_their_own_calls_bits(dtype, d):
     """Chunks whose kv heads take one task each run in one task list with the decode steps
     (chunks first), over a paged pool and over packed keys; run each as its own call after the
-    steps instead, every output and lse element has the same bits: causal, a window with softcap, seqused_k (a chunk cut to no key, a
-    step to one), ALiBi per sequence, beside a chunk too tall for one tile (G * Sq = 72 > 64) and
-    an empty sequence (an odd head size too: bf16 pairs with a lone last element); and right
-    against float64."""
+    steps instead, every output and lse element has the same bits: causal, a window with softcap,
+    a two-sided window, seqused_k (a chunk cut to no key, a step to one), ALiBi per sequence,
+    beside a chunk too tall for one tile (G * Sq = 72 > 64) and an empty sequence (an odd head
+    size too: bf16 pairs with a lone last element); and right against float64."""
     c = core()
     lens = ([8, 1, 18, 1, 4, 0, 1, 12], [900, 1300, 400, 70, 260, 30, 5, 333])
     q, k, v, cu_q, cu_k = packed(*lens, 8, 2, d, dtype, seed=91)
