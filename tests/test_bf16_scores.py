@@ -145,6 +145,33 @@ def test_scores_are_each_forms_float32_sums(rows, keys, d):
             assert _bits(s) == _bits(c._test_qk_dpbf16(q, k))
 
 
+@pytest.mark.parametrize("nheads,rph,keys,d", [(1, 4, 40, 128), (2, 4, 128, 128), (1, 8, 17, 64), (2, 8, 33, 7),
+                                                (1, 4, 1, 111), (3, 4, 100, 96), (1, 12, 127, 136), (2, 4, 5, 33),
+                                                (1, 4, 16, 32), (1, 4, 31, 200)])
+def test_decode_step_p_v_is_the_packed_forms_sum(nheads, rph, keys, d):
+    """A bf16 decode step's round_p P V from V's rows read in place (fc_decode16.h: two rows
+    interleaved into pairs per column, 32 keys at a time), bit for bit the vdpbf16ps model of the
+    packed form (P rounded to bf16, per output element the key pairs in order from O's value, a
+    lone last key with a zero), across kv heads side by side in each row, ragged keys and columns
+    and an odd D."""
+    c = core()
+    bf = ml_dtypes.bfloat16
+    rng = np.random.default_rng(nheads * 1000 + keys + d)
+    nr = nheads * rph
+    v = rng.standard_normal((keys, nheads * d)).astype(bf)
+    p = rng.random((nr, keys)).astype(np.float32)
+    o = rng.standard_normal((nr, d)).astype(np.float32)
+    out = c._test_decode_pv_dpbf16(p, v.view(np.uint16), o, nheads)
+    if not c._TEST_HAVE_DPBF16:
+        assert out is None
+        return
+    pr = p.astype(bf).astype(np.float32)
+    assert not np.array_equal(pr, p)
+    for h in range(nheads):
+        rows, vf = slice(h * rph, (h + 1) * rph), v[:, h * d:(h + 1) * d].astype(np.float32)
+        assert _bits(out[rows]) == _bits(_pairs_sum(o[rows].copy(), pr[rows], vf.T, _vdpbf16ps_order(0, keys))), h
+
+
 def test_the_emulated_tile_form_takes_the_tiles():
     """A whole 64 x 128 tile at D=64 goes through the tile loops, whose order differs from
     vdpbf16ps's: the emulated form's scores are not vdpbf16ps's (the test above would pass on a

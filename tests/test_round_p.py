@@ -143,6 +143,31 @@ def test_round_p_decode_step_reads_the_cache_in_place():
     assert near and same >= 0.97
 
 
+@pytest.mark.parametrize("hq,hkv,d", [(8, 2, 128), (4, 4, 64), (16, 1, 33)])
+def test_a_bf16_decode_steps_p_v_runs_on_v_pairs(hq, hkv, d):
+    """On AVX512-BF16 a bf16 decode step's round_p P V runs on vdpbf16ps over V's rows paired as
+    they are read, in the contract's order for the mode (per pair of keys the odd product, then
+    the even), not on the float32 loops it ran before (switched back by a testing hook).  Four
+    keys of equal score (every weight 1) and v = 1, 0, 2^-25, -1 tell the orders apart: the pairs
+    give (1 + -1) + 2^-25, key by key gives (1 + 2^-25) + -1 = 0.  The exact mode and f16 never
+    take the pairs (both orders 0), nor a level without AVX512-BF16."""
+    c = core()
+    saved = c._test_decode_pairs()
+    try:
+        for T in (BF16, np.float16):
+            q = np.zeros((1, hq, 1, d), T)
+            k = np.random.default_rng(d).standard_normal((1, hkv, 4, d)).astype(T)
+            v = np.ascontiguousarray(np.broadcast_to(np.array([1.0, 0.0, 2.0**-25, -1.0])[:, None], (1, hkv, 4, d)), T)
+            for round_p in (True, False):
+                for on in (True, False):
+                    c._test_decode_pairs(on)
+                    out = np.asarray(fuel_cy.attention_flash_mixed(q, k, v, round_p=round_p), np.float64)
+                    pairs = T is BF16 and round_p and on and bool(c._TEST_HAVE_DPBF16)
+                    assert (out == (2.0**-27 if pairs else 0.0)).all(), (T, round_p, on)
+    finally:
+        c._test_decode_pairs(saved)
+
+
 def _backward_call(name, q, k, v, do, causal, **kw):
     """One of the three backwards on [1, H, S, D] inputs: (dq, dk, dv) as [1, H, S, D]."""
     scale = 1 / np.sqrt(q.shape[-1])

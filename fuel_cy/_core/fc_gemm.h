@@ -548,15 +548,11 @@ static inline __m512 fc_bf16_pair_exact(__m512 x) {
                                            _mm512_set1_epi32(0x8000));
     return _mm512_mask_mov_ps(x, up, _mm512_castsi512_ps(_mm512_set1_epi32(0x00800000)));
 }
-/* O += P V on P's and V's key pairs (Vp: fc_pack_v_pairs_bf16's), P paired into Pp as it goes.
- * exact: P holds the forward's non-negative float32 weights, not rounded yet: the pairing rounds
- * them to the exactly rounded weights' products (fc_bf16_pair_exact; the exp pass then skips its
- * integer rounding, a third of its instructions); else P's values pair as vcvtne2ps2bf16 reads
- * them (bf16 values already, or the backward's dS). */
-static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
-                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp,
-                                    int exact) {
-    ptrdiff_t K2 = (ncols + 1) / 2;
+/* P's rows (float32, ldp apart, keys [0, ncols), ncols <= FC_BC) as bf16 pairs of keys, rounded to
+ * nearest even by vcvtne2ps2bf16 (exact: see fc_pv_dpbf16_vec): Pp [nrows][FC_BC / 2], keys 2k
+ * low, 2k + 1 high, keys >= ncols zero up to the next 32. */
+static inline void fc_pair_p_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, uint32_t* Pp,
+                                  int exact) {
     for (ptrdiff_t r = 0; r < nrows; r++) {
         const float* p = P + r * ldp;
         uint32_t* pp = Pp + r * (FC_BC / 2);
@@ -572,6 +568,17 @@ static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nro
             _mm512_storeu_si512(pp + j / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
         }
     }
+}
+/* O += P V on P's and V's key pairs (Vp: fc_pack_v_pairs_bf16's), P paired into Pp as it goes.
+ * exact: P holds the forward's non-negative float32 weights, not rounded yet: the pairing rounds
+ * them to the exactly rounded weights' products (fc_bf16_pair_exact; the exp pass then skips its
+ * integer rounding, a third of its instructions); else P's values pair as vcvtne2ps2bf16 reads
+ * them (bf16 values already, or the backward's dS). */
+static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
+                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp,
+                                    int exact) {
+    ptrdiff_t K2 = (ncols + 1) / 2;
+    fc_pair_p_bf16(P, ldp, nrows, ncols, Pp, exact);
     for (ptrdiff_t d0 = 0; d0 < D; d0 += 64) {
         ptrdiff_t w = D - d0 < 64 ? D - d0 : 64;
         int nv = (int)((w + 15) / 16);

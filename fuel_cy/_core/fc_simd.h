@@ -25,5 +25,6 @@
 #include "fc_gemm_f16.h"
 #include "fc_amx.h"
 #include "fc_pack.h"
+#include "fc_decode16.h"
 #include "fc_exp.h"
 #endif

@@ -15,6 +15,11 @@ cdef enum:
 cdef enum:
     BC_DECODE = 2048  # keys whose dots a decode step computes at once, at most (flash_task)
 
+# a bf16 decode step's round_p P V on vdpbf16ps where the level has it (fc_decode16.h); off
+# (_test_decode_pairs), the float32 loops on rows widened in registers, as before it: timing only
+cdef bint _decode_pairs_allowed = True
+
+
 cdef struct Layout:
     # where row s of head h of batch item b of a [B, H, S, D] operand starts: b * sb + h * sh + s * ss
     # elements from its base (the D elements of a row are adjacent)
@@ -280,6 +285,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         vpp = kpp + ((D + 1) // 2) * BC
     # with o.k_rows, ktp is K itself, laid out as sh.lk says
     cdef real_t* krow0 = ktp + row_offset(&sh.lk, kvh, 0) if o.k_rows else NULL
+    # a bf16 decode step's round_p P V on vdpbf16ps (fc_decode16.h), V's rows paired as they are read
+    cdef bint pv16 = (rnd_t is RoundNone and real_t is float and vrow16 != NULL and o.round_p == 1
+                      and o.is_f16 == 0 and FC_HAVE_DPBF16 and _decode_pairs_allowed)
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t slope
@@ -527,7 +535,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             zero(S + r * lds + toff, nc)
         if lds != BC:   # V's rows of the run, from this tile's (prefetched up to the run's end)
             if rnd_t is RoundNone and real_t is float:
-                if vrow16 != NULL:
+                if pv16:   # (round_p's weights: V's pairs on vdpbf16ps)
+                    fc_pv_heads_dpbf16(S + toff, lds, nh, rph, nc, wend - j0, rows16 + toff, D, O, D, Pp)
+                elif vrow16 != NULL:
                     fc_pv_heads_h16(S + toff, lds, nh, rph, nc, wend - j0, rows16 + toff, D, O, D, o.is_f16)
                 else:
                     fc_pv_heads_f32(S + toff, lds, nh, rph, nc, wend - j0, <float**>rows + toff, D, O, D)
@@ -538,7 +548,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             for jj in range(nc):
                 rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
             if rnd_t is RoundNone and real_t is float:
-                fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
+                if pv16:
+                    fc_pv_heads_dpbf16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, Pp)
+                else:
+                    fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
             continue
         if vbase == NULL:   # (only V's bf16 pairs are at hand: the round_p product on them)
             if rnd_t is RoundNone and real_t is float:

@@ -86,6 +86,10 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pv_heads_h16(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                          Py_ssize_t navail, const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
                          int is_f16)
+    # fc_decode16.h: a bf16 decode step's round_p P V on vdpbf16ps, V's rows read in place
+    void fc_pv_heads_dpbf16(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
+                            Py_ssize_t navail, const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
+                            unsigned int* Pp)
 
     # fc_pack.h: tile packing
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)

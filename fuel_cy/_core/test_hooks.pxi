@@ -311,6 +311,41 @@ def _test_expf_tv(float[::1] x):
     return out
 
 
+def _test_decode_pairs(on=None):
+    """Testing hook: whether a bf16 decode step's round_p P V runs on vdpbf16ps from V's rows read
+    in place (the default where the level has AVX512-BF16) or on the float32 loops over rows
+    widened in registers (what it ran before: for timing).  With an argument, switch to it first."""
+    global _decode_pairs_allowed
+    if on is not None:
+        _decode_pairs_allowed = bool(on)
+    return _decode_pairs_allowed
+
+
+def _test_decode_pv_dpbf16(float[:, ::1] p, const unsigned short[:, ::1] v, float[:, ::1] o, Py_ssize_t nheads=1):
+    """Testing hook: a bf16 decode step's round_p O + P V on vdpbf16ps from V's rows read in place
+    (fc_decode16.h) for p [nheads * rph <= 64, keys <= 128] (rph a multiple of 4; rounded to bf16
+    first, as round_p's exp pass leaves the weights), v [keys, nheads * D] bf16 bits (a pool row's
+    heads side by side) and o [nheads * rph, D].  None when this level has no AVX512-BF16."""
+    if not FC_HAVE_DPBF16:
+        return None
+    cdef Py_ssize_t nr = p.shape[0], n = p.shape[1], D = o.shape[1], j
+    if (nheads < 1 or nr % (4 * nheads) or nr > BR_FLASH or n > BC or n < 1 or D < 1 or v.shape[0] != n
+            or v.shape[1] != nheads * D or o.shape[0] != nr):
+        raise ValueError("p [nheads * rph <= 64, keys <= 128], v [keys, nheads * D], o [nheads * rph, D]")
+    pr = _np.zeros((nr, BC), dtype=_np.float32)
+    pr[:, :n] = _np.asarray(p)
+    cdef float[:, ::1] pv = pr
+    fc_round_rows_half(&pv[0, 0], BC, nr, n, 0)
+    out = _np.array(o, dtype=_np.float32, copy=True)
+    cdef float[:, ::1] ov = out
+    cdef unsigned int[::1] pp = _np.zeros(BR_FLASH * (BC // 2), dtype=_np.uint32)
+    cdef const unsigned short* vrows[BC]
+    for j in range(n):
+        vrows[j] = &v[j, 0]
+    fc_pv_heads_dpbf16(&pv[0, 0], BC, nheads, nr // nheads, n, n, vrows, D, &ov[0, 0], D, &pp[0])
+    return out
+
+
 def _test_qk_dpbf16(float[:, ::1] q, float[:, ::1] k):
     """Testing hook: fc_qk_dpbf16's scores S [rows, keys] for bf16-valued q [rows, D] and k
     [keys <= 128, D].  None when this level has no AVX512-BF16."""

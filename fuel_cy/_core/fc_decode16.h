@@ -1,0 +1,135 @@
+/* A bf16 decode step's round_p P V on vdpbf16ps (AVX512-BF16), V's rows read where they lie (a
+ * KV cache, a paged pool) and paired per column in registers as they are read
+ * (fc_pv_heads_dpbf16): per output element the pairs of keys in order from O's value, the order
+ * of the packed-tile form (fc_pv_dpbf16_vec), which the mixed contract declares for round_p's
+ * P V.  Before it a decode step multiplied the rounded weights by V's rows widened in registers
+ * with float32 multiply-adds (fc_half.h), twice the multiply instructions and the widening: a
+ * decode's few query rows per key leave the core's arithmetic the larger part of a cached step's
+ * time (Zen 4, 2026-12-05: a batch of 14 bf16 decode steps took 1.19 ms on rows held in L2 and
+ * 1.45 ms from a 31 MB pool).  The scores stay on those float32 loops: pairing K's rows for
+ * vdpbf16ps in registers (16 x 16 transposes of 32-bit words) took as long as the dots it fed,
+ * and with four query rows per kv head the scores measured no faster (exact P: 3-11% slower).
+ * Hand-written; included (through fc_simd.h) by every CPU level's core module. */
+#ifndef FUEL_CY_FC_DECODE16_H
+#define FUEL_CY_FC_DECODE16_H
+#include "fc_isa.h"      /* the level's intrinsics */
+#include "fc_gemm.h"     /* FC_HAVE_DPBF16, fc_pair_p_bf16 */
+
+#if FC_HAVE_DPBF16
+/* Keys per group (16 pairs), V's rows of one kv head. */
+#define FC_DP16_GROUP 32
+
+/* The rows a group asks for into L2 while it computes: the next group's rows of the same head
+ * (n of them, `ofs` elements into each), two rows' part at each key pair, so that the requests
+ * spread over the group's work: asked for all at once at the group's start, a decode batch's
+ * products ran 16-18% slower from a 31 MB pool where on rows held in L2 they ran 20% faster; the
+ * group after next measured 6% slower than the next (Zen 4). */
+typedef struct { const uint16_t* const* rows; ptrdiff_t n, ofs; } fc_dp16_ahead;
+static inline void fc_dp16_prefetch(const fc_dp16_ahead* pf, ptrdiff_t j0, ptrdiff_t j1, ptrdiff_t b0, ptrdiff_t b1) {
+    if (j1 > pf->n) j1 = pf->n;
+    for (ptrdiff_t j = j0; j < j1; j++)
+        for (ptrdiff_t b = b0; b < b1; b += 64) __builtin_prefetch((const char*)(pf->rows[j] + pf->ofs) + b, 0, 2);
+}
+/* The group after keys [j0, j0 + n) of rows (navail of them), head h's part (D elements each). */
+static inline fc_dp16_ahead fc_dp16_next(const uint16_t* const* rows, ptrdiff_t j0, ptrdiff_t n, ptrdiff_t navail,
+                                         ptrdiff_t h, ptrdiff_t D) {
+    fc_dp16_ahead pf;
+    ptrdiff_t s = j0 + n;
+    ptrdiff_t a = s + FC_DP16_GROUP <= navail ? FC_DP16_GROUP : (navail > s ? navail - s : 0);
+    pf.rows = rows + s;
+    pf.n = a;
+    pf.ofs = h * D;
+    return pf;
+}
+
+/* vpermt2w indexes interleaving the words of two rows: d and d + 16 of the even key with the same
+ * of the odd key, one bf16 pair per 32-bit lane (even key low). */
+static inline __m512i fc_dp16_interleave_lo(void) {
+    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+}
+static inline __m512i fc_dp16_interleave_hi(void) {
+    return _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24,
+                            55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
+}
+#define FC_DP16_PV_BLOCK(NV)                                                                     \
+    for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                                  \
+        __m512 a[4][NV];                                                                         \
+        for (int r = 0; r < 4; r++)                                                              \
+            for (int v = 0; v < NV; v++)                                                         \
+                a[r][v] = _mm512_maskz_loadu_ps(mo[v], O + (i + r) * ldo + d0 + 16 * v);         \
+        for (ptrdiff_t k = 0; 2 * k < n; k++) {                                                  \
+            const uint16_t* e = rows[2 * k] + d0;                                                \
+            const uint16_t* od = rows[2 * k + 1 < n ? 2 * k + 1 : 2 * k] + d0;                   \
+            __mmask32 odd = 2 * k + 1 < n ? (__mmask32)0xffffffffu : 0;                          \
+            if (i == 0) fc_dp16_prefetch(pf, 2 * k, 2 * k + 2, 2 * d0, 2 * (d0 + w));           \
+            __m512bh w[NV];                                                                      \
+            for (int h = 0; 2 * h < NV; h++) {                                                   \
+                __m512i ev = _mm512_maskz_loadu_epi16(mw[h], e + 32 * h);                        \
+                __m512i ov = _mm512_maskz_loadu_epi16(mw[h] & odd, od + 32 * h);                 \
+                w[2 * h] = (__m512bh)_mm512_permutex2var_epi16(ev, ilo, ov);                     \
+                if (2 * h + 1 < NV) w[2 * h + 1] = (__m512bh)_mm512_permutex2var_epi16(ev, ihi, ov); \
+            }                                                                                    \
+            for (int r = 0; r < 4; r++) {                                                        \
+                __m512bh pb = (__m512bh)_mm512_set1_epi32((int)Pp[(i + r) * ldpp + k]);          \
+                for (int v = 0; v < NV; v++) a[r][v] = _mm512_dpbf16_ps(a[r][v], pb, w[v]);      \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < 4; r++)                                                              \
+            for (int v = 0; v < NV; v++)                                                         \
+                _mm512_mask_storeu_ps(O + (i + r) * ldo + d0 + 16 * v, mo[v], a[r][v]);          \
+    }
+/* O[r][d] += P[r] . V[:, d] for rows r < nrows4 (a multiple of 4) over the n <= FC_DP16_GROUP keys
+ * of rows (bf16 V rows, D adjacent), P given as its key pairs (Pp [nrows4][ldpp], fc_pair_p_bf16):
+ * per element the key pairs in order from O's value, a lone last key paired with a zero
+ * (fc_pv_dpbf16_vec's order), 64 columns at a time. */
+static inline void fc_pv_dpbf16_rows(const uint32_t* Pp, ptrdiff_t ldpp, ptrdiff_t nrows4, ptrdiff_t n,
+                                     const uint16_t* const* rows, ptrdiff_t D, float* O, ptrdiff_t ldo,
+                                     const fc_dp16_ahead* pf) {
+    const __m512i ilo = fc_dp16_interleave_lo(), ihi = fc_dp16_interleave_hi();
+    for (ptrdiff_t d0 = 0; d0 < D; d0 += 64) {
+        ptrdiff_t w = D - d0 < 64 ? D - d0 : 64;
+        __mmask16 mo[4];
+        __mmask32 mw[2];
+        for (int v = 0; v < 4; v++) {
+            ptrdiff_t c = w - 16 * v;
+            mo[v] = c >= 16 ? (__mmask16)0xffff : (c > 0 ? (__mmask16)((1u << c) - 1u) : (__mmask16)0);
+        }
+        for (int h = 0; h < 2; h++) {
+            ptrdiff_t c = w - 32 * h;
+            mw[h] = c >= 32 ? (__mmask32)0xffffffffu : (c > 0 ? (__mmask32)((1ull << c) - 1u) : (__mmask32)0);
+        }
+        switch ((w + 15) / 16) {
+            case 4: FC_DP16_PV_BLOCK(4) break;
+            case 3: FC_DP16_PV_BLOCK(3) break;
+            case 2: FC_DP16_PV_BLOCK(2) break;
+            default: FC_DP16_PV_BLOCK(1) break;
+        }
+    }
+}
+#endif
+
+/* O += P V for every kv head's query rows (rph4 per head, head-major) over value rows [0, ncols <=
+ * FC_BC) of vrows (head h's D further; navail: see fc_prefetch_head_rows), P holding round_p's
+ * weights (bf16 values in float32, ldp apart), paired into Pp ([rows][FC_BC / 2] scratch) first. */
+static inline void fc_pv_heads_dpbf16(const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4,
+                                      ptrdiff_t ncols, ptrdiff_t navail, const uint16_t* const* vrows, ptrdiff_t D,
+                                      float* O, ptrdiff_t ldo, uint32_t* Pp) {
+#if FC_HAVE_DPBF16
+    const uint16_t* hrows[FC_DP16_GROUP];
+    fc_pair_p_bf16(P, ldp, nheads * rph4, ncols, Pp, 0);
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += FC_DP16_GROUP) {   /* key groups, kv head by kv head (D apart) */
+        ptrdiff_t n = ncols - j0 < FC_DP16_GROUP ? ncols - j0 : FC_DP16_GROUP;
+        for (ptrdiff_t h = 0; h < nheads; h++) {
+            fc_dp16_ahead pf = fc_dp16_next(vrows, j0, n, navail, h, D);
+            for (ptrdiff_t j = 0; j < n; j++) hrows[j] = vrows[j0 + j] + h * D;
+            fc_pv_dpbf16_rows(Pp + h * rph4 * (FC_BC / 2) + j0 / 2, FC_BC / 2, rph4, n, hrows, D,
+                              O + h * rph4 * ldo, ldo, &pf);
+        }
+    }
+#else
+    (void)P; (void)ldp; (void)nheads; (void)rph4; (void)ncols; (void)navail; (void)vrows; (void)D; (void)O; (void)ldo;
+    (void)Pp;  /* never called */
+#endif
+}
+#endif
