@@ -42,42 +42,57 @@ static inline fc_dp16_ahead fc_dp16_next(const uint16_t* const* rows, ptrdiff_t 
     return pf;
 }
 
-/* vpermt2w indexes interleaving the words of two rows: d and d + 16 of the even key with the same
- * of the odd key, one bf16 pair per 32-bit lane (even key low). */
-static inline __m512i fc_dp16_interleave_lo(void) {
-    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+/* Two V rows' 32 columns from d interleaved into key pairs in their 128-bit lanes (vpunpcklwd,
+ * vpunpckhwd: one uop each on Zen 4 and on Intel, where vpermt2w takes three): the low pairs are
+ * columns {0-3, 8-11, 16-19, 24-27}, the high ones {4-7, 12-15, 20-23, 28-31}.  The accumulators
+ * hold O's columns in that order (one permute per 16 columns when O is loaded and stored, not per
+ * key pair); each element's sum is the same. */
+static inline __m512i fc_dp16_lo_cols(void) {
+    return _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2, 1, 0);
 }
-static inline __m512i fc_dp16_interleave_hi(void) {
-    return _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24,
-                            55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
+static inline __m512i fc_dp16_hi_cols(void) {
+    return _mm512_set_epi32(31, 30, 29, 28, 23, 22, 21, 20, 15, 14, 13, 12, 7, 6, 5, 4);
 }
-#define FC_DP16_PV_BLOCK(NV)                                                                     \
+static inline __m512i fc_dp16_first16(void) {   /* columns 0-15 back from the (low, high) pair */
+    return _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+}
+static inline __m512i fc_dp16_last16(void) {    /* columns 16-31 */
+    return _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+}
+#define FC_DP16_PV_BLOCK(NH)                                                                     \
     for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                                  \
-        __m512 a[4][NV];                                                                         \
+        __m512 a[4][2 * NH];                                                                     \
         for (int r = 0; r < 4; r++)                                                              \
-            for (int v = 0; v < NV; v++)                                                         \
-                a[r][v] = _mm512_maskz_loadu_ps(mo[v], O + (i + r) * ldo + d0 + 16 * v);         \
+            for (int h = 0; h < NH; h++) {                                                       \
+                const float* o = O + (i + r) * ldo + d0 + 32 * h;                                \
+                __m512 x = _mm512_maskz_loadu_ps(mo[2 * h], o), y = _mm512_maskz_loadu_ps(mo[2 * h + 1], o + 16); \
+                a[r][2 * h] = _mm512_permutex2var_ps(x, clo, y);                                 \
+                a[r][2 * h + 1] = _mm512_permutex2var_ps(x, chi, y);                             \
+            }                                                                                    \
         for (ptrdiff_t k = 0; 2 * k < n; k++) {                                                  \
             const uint16_t* e = rows[2 * k] + d0;                                                \
             const uint16_t* od = rows[2 * k + 1 < n ? 2 * k + 1 : 2 * k] + d0;                   \
             __mmask32 odd = 2 * k + 1 < n ? (__mmask32)0xffffffffu : 0;                          \
             if (i == 0) fc_dp16_prefetch(pf, 2 * k, 2 * k + 2, 2 * d0, 2 * (d0 + w));           \
-            __m512bh w[NV];                                                                      \
-            for (int h = 0; 2 * h < NV; h++) {                                                   \
+            __m512bh v[2 * NH];                                                                  \
+            for (int h = 0; h < NH; h++) {                                                       \
                 __m512i ev = _mm512_maskz_loadu_epi16(mw[h], e + 32 * h);                        \
                 __m512i ov = _mm512_maskz_loadu_epi16(mw[h] & odd, od + 32 * h);                 \
-                w[2 * h] = (__m512bh)_mm512_permutex2var_epi16(ev, ilo, ov);                     \
-                if (2 * h + 1 < NV) w[2 * h + 1] = (__m512bh)_mm512_permutex2var_epi16(ev, ihi, ov); \
+                v[2 * h] = (__m512bh)_mm512_unpacklo_epi16(ev, ov);                              \
+                v[2 * h + 1] = (__m512bh)_mm512_unpackhi_epi16(ev, ov);                          \
             }                                                                                    \
             for (int r = 0; r < 4; r++) {                                                        \
                 __m512bh pb = (__m512bh)_mm512_set1_epi32((int)Pp[(i + r) * ldpp + k]);          \
-                for (int v = 0; v < NV; v++) a[r][v] = _mm512_dpbf16_ps(a[r][v], pb, w[v]);      \
+                for (int x = 0; x < 2 * NH; x++) a[r][x] = _mm512_dpbf16_ps(a[r][x], pb, v[x]);  \
             }                                                                                    \
         }                                                                                        \
         for (int r = 0; r < 4; r++)                                                              \
-            for (int v = 0; v < NV; v++)                                                         \
-                _mm512_mask_storeu_ps(O + (i + r) * ldo + d0 + 16 * v, mo[v], a[r][v]);          \
+            for (int h = 0; h < NH; h++) {                                                       \
+                float* o = O + (i + r) * ldo + d0 + 32 * h;                                      \
+                _mm512_mask_storeu_ps(o, mo[2 * h], _mm512_permutex2var_ps(a[r][2 * h], c16, a[r][2 * h + 1])); \
+                _mm512_mask_storeu_ps(o + 16, mo[2 * h + 1],                                     \
+                                      _mm512_permutex2var_ps(a[r][2 * h], c32, a[r][2 * h + 1])); \
+            }                                                                                    \
     }
 /* O[r][d] += P[r] . V[:, d] for rows r < nrows4 (a multiple of 4) over the n <= FC_DP16_GROUP keys
  * of rows (bf16 V rows, D adjacent), P given as its key pairs (Pp [nrows4][ldpp], fc_pair_p_bf16):
@@ -86,7 +101,7 @@ static inline __m512i fc_dp16_interleave_hi(void) {
 static inline void fc_pv_dpbf16_rows(const uint32_t* Pp, ptrdiff_t ldpp, ptrdiff_t nrows4, ptrdiff_t n,
                                      const uint16_t* const* rows, ptrdiff_t D, float* O, ptrdiff_t ldo,
                                      const fc_dp16_ahead* pf) {
-    const __m512i ilo = fc_dp16_interleave_lo(), ihi = fc_dp16_interleave_hi();
+    const __m512i clo = fc_dp16_lo_cols(), chi = fc_dp16_hi_cols(), c16 = fc_dp16_first16(), c32 = fc_dp16_last16();
     for (ptrdiff_t d0 = 0; d0 < D; d0 += 64) {
         ptrdiff_t w = D - d0 < 64 ? D - d0 : 64;
         __mmask16 mo[4];
@@ -99,11 +114,10 @@ static inline void fc_pv_dpbf16_rows(const uint32_t* Pp, ptrdiff_t ldpp, ptrdiff
             ptrdiff_t c = w - 32 * h;
             mw[h] = c >= 32 ? (__mmask32)0xffffffffu : (c > 0 ? (__mmask32)((1ull << c) - 1u) : (__mmask32)0);
         }
-        switch ((w + 15) / 16) {
-            case 4: FC_DP16_PV_BLOCK(4) break;
-            case 3: FC_DP16_PV_BLOCK(3) break;
-            case 2: FC_DP16_PV_BLOCK(2) break;
-            default: FC_DP16_PV_BLOCK(1) break;
+        if (w > 32) {
+            FC_DP16_PV_BLOCK(2)
+        } else {
+            FC_DP16_PV_BLOCK(1)
         }
     }
 }
