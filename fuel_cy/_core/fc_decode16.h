@@ -8,7 +8,7 @@
  * time (Zen 4, 2026-12-05: a batch of 14 bf16 decode steps took 1.19 ms on rows held in L2 and
  * 1.45 ms from a 31 MB pool).  The scores stay on those float32 loops: pairing K's rows for
  * vdpbf16ps in registers (16 x 16 transposes of 32-bit words) took as long as the dots it fed,
- * and with four query rows per kv head the scores measured no faster (exact P: 3-11% slower).
+ * and with four query rows per kv head the scores measured no faster (exact P: 0.94-1.15x).
  * Hand-written; included (through fc_simd.h) by every CPU level's core module. */
 #ifndef FUEL_CY_FC_DECODE16_H
 #define FUEL_CY_FC_DECODE16_H
