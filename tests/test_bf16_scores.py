@@ -27,6 +27,8 @@ from measures import near_in_another_f32_order
 
 from fuel_cy.runtime.cpu import core
 
+BF16 = ml_dtypes.bfloat16
+
 # (rows, keys, d): whole tiles, a decode's few rows, ragged rows/keys/pairs, odd D, one pair chunk
 SHAPES = [(5, 40, 7), (64, 128, 64), (9, 1, 128), (1, 77, 111), (48, 128, 96), (20, 100, 40),
           (33, 64, 33), (64, 127, 128), (16, 32, 32), (32, 96, 62)]
@@ -170,6 +172,94 @@ def test_decode_step_p_v_is_the_packed_forms_sum(nheads, rph, keys, d):
     for h in range(nheads):
         rows, vf = slice(h * rph, (h + 1) * rph), v[:, h * d:(h + 1) * d].astype(np.float32)
         assert _bits(out[rows]) == _bits(_pairs_sum(o[rows].copy(), pr[rows], vf.T, _vdpbf16ps_order(0, keys))), h
+
+
+def _decode_lanes_model(q, k):
+    """A bf16 decode step's scores as the mixed contract declares them: vdpbf16ps along d, sum l of
+    16 taking the pairs (32c + 2l + 1, 32c + 2l) for c = 0, 1, ... (odd product first), q and k
+    zero past D, then the 16 sums added by halves (l + 8, then l + 4, l + 2, l + 1)."""
+    rows, d = q.shape
+    dp = -(-d // 32) * 32
+    qz, kz = (np.pad(x, ((0, 0), (0, dp - d))).reshape(x.shape[0], dp // 32, 16, 2) for x in (q, k))
+    acc = np.zeros((rows, k.shape[0], 16), np.float32)
+    for c in range(dp // 32):
+        for e in (1, 0):   # bf16 products are exact in float32: only the additions round
+            acc = (acc + qz[:, None, c, :, e] * kz[None, :, c, :, e]).astype(np.float32)
+    for h in (8, 4, 2, 1):
+        acc = (acc[..., :h] + acc[..., h:2 * h]).astype(np.float32)
+    return acc[..., 0]
+
+
+@pytest.mark.parametrize("nheads,rph,keys,d", [(1, 4, 40, 128), (2, 4, 128, 128), (1, 8, 17, 64), (2, 8, 33, 7),
+                                                (1, 4, 1, 111), (3, 4, 100, 96), (1, 12, 127, 136), (2, 4, 5, 33),
+                                                (1, 4, 16, 32), (1, 4, 31, 200), (4, 4, 9, 1)])
+def test_decode_step_scores_are_the_lane_pairs_sum(nheads, rph, keys, d):
+    """A bf16 decode step's scores from K's rows read in place (fc_decode16.h: 4 keys x 4 rows,
+    16 lanes of pairs along d, one shuffle tree), bit for bit the model of the contract's decode
+    order, across kv heads side by side in a row, ragged keys, D not a multiple of 32, odd D; and
+    within float32's error bound of the exact dot."""
+    c = core()
+    bf = ml_dtypes.bfloat16
+    rng = np.random.default_rng(nheads * 1000 + keys + d)
+    nr = nheads * rph
+    k = rng.standard_normal((keys, nheads * d)).astype(bf)
+    q = rng.standard_normal((nr, d)).astype(bf).astype(np.float32)
+    s = c._test_decode_qk_dpbf16(q, k.view(np.uint16), nheads)
+    if not c._TEST_HAVE_DPBF16:
+        assert s is None
+        return
+    for h in range(nheads):
+        rows, kf = slice(h * rph, (h + 1) * rph), k[:, h * d:(h + 1) * d].astype(np.float32)
+        assert _bits(s[rows]) == _bits(_decode_lanes_model(q[rows], kf)), h
+        exact = q[rows].astype(np.float64) @ kf.astype(np.float64).T
+        bound = d * 2.0**-24 * (np.abs(q[rows]).astype(np.float64) @ np.abs(kf).astype(np.float64).T)
+        assert np.all(np.abs(s[rows] - exact) <= bound), h
+
+
+def _decode_step_entries(q, k, v):
+    """A decode step (one query per head) through each entry that reads K's rows in place:
+    attention_flash_mixed on [1, H, S, D], and attention_varlen on one sequence, packed and in a
+    paged pool of 16-key blocks; each output as [Hq, D] float64."""
+    hq, hkv, s, d = q.shape[1], k.shape[1], k.shape[2], q.shape[3]
+    yield "flash_mixed", fuel_cy.attention_flash_mixed(q, k, v)[0, :, 0]
+    qp, kp, vp = (np.ascontiguousarray(x[0].transpose(1, 0, 2)) for x in (q, k, v))
+    cu_q, cu_k = np.array([0, 1], np.uint32), np.array([0, s], np.uint32)
+    yield "varlen", fuel_cy.attention_varlen(qp, kp, vp, cu_q, cu_k, causal=True)[0]
+    nb = -(-s // 16)
+    kc, vc = (np.zeros((nb * 16, hkv, d), q.dtype) for _ in range(2))
+    kc[:s], vc[:s] = kp, vp
+    order = np.arange(nb)[::-1].copy()   # blocks stored in reverse: read through the table
+    pools = [x.reshape(nb, 16, hkv, d)[order] for x in (kc, vc)]
+    table = np.argsort(order).astype(np.uint32)[None]
+    yield "varlen paged", fuel_cy.attention_varlen(qp, *pools, cu_q, cu_k, block_table=table, causal=True)[0]
+
+
+@pytest.mark.parametrize("hq,hkv,d", [(4, 1, 32), (8, 2, 64), (2, 2, 40), (4, 1, 128)])
+def test_a_bf16_decode_steps_scores_run_along_d(hq, hkv, d):
+    """On AVX512-BF16 a bf16 decode step's scores take the contract's decode order (vdpbf16ps along
+    d, 16 sums of pairs added by halves), not the float32 loops' 16 lanes of single elements (a
+    testing hook switches back to those) nor the sequential pairs of the tiled scores.  q is 2^40
+    throughout; three keys tell the orders apart, k_a = (1, -1, 2^-25, 0, ...) and k_b with 1, -1,
+    2^-25 at elements 0, 2, 16: the decode order gives them scores 2^15 and 0, the float32 lanes
+    0 and 0, the sequential pairs 2^15 and 2^15; a third key scores 0 in every order.  Scaled, a
+    score of 2^15 leaves the others weight 0, so with v = 1, 0.5, -1.5 the output is 1, 0 or 0.75.
+    Both P V modes (the weights are 0 and 1, exact in either); f16 and the levels without the
+    instruction keep the float32 loops."""
+    c = core()
+    saved = c._test_decode_qk_pairs()
+    k = np.zeros((1, hkv, 3, d), np.float32)
+    k[..., 0, :3] = (1.0, -1.0, 2.0**-25)
+    k[..., 1, (0, 2, 16)] = (1.0, -1.0, 2.0**-25)
+    v = np.ascontiguousarray(np.broadcast_to(np.array([1.0, 0.5, -1.5], np.float32)[:, None], (1, hkv, 3, d)))
+    q = np.full((1, hq, 1, d), 2.0**40, np.float32)
+    try:
+        for on in (True, False):
+            c._test_decode_qk_pairs(on)
+            want = 1.0 if on and c._TEST_HAVE_DPBF16 else 0.0
+            for name, out in _decode_step_entries(*(x.astype(BF16) for x in (q, k, v))):
+                assert (np.asarray(out, np.float64) == want).all(), (name, on)
+    finally:
+        c._test_decode_qk_pairs(saved)
 
 
 def test_the_emulated_tile_form_takes_the_tiles():

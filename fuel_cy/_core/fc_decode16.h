@@ -1,19 +1,24 @@
-/* A bf16 decode step's round_p P V on vdpbf16ps (AVX512-BF16), V's rows read where they lie (a
- * KV cache, a paged pool) and paired per column in registers as they are read
- * (fc_pv_heads_dpbf16): per output element the pairs of keys in order from O's value, the order
- * of the packed-tile form (fc_pv_dpbf16_vec), which the mixed contract declares for round_p's
- * P V.  Before it a decode step multiplied the rounded weights by V's rows widened in registers
- * with float32 multiply-adds (fc_half.h), twice the multiply instructions and the widening: a
- * decode's few query rows per key leave the core's arithmetic the larger part of a cached step's
- * time (Zen 4, 2026-12-05: a batch of 14 bf16 decode steps took 1.19 ms on rows held in L2 and
- * 1.45 ms from a 31 MB pool).  The scores stay on those float32 loops: pairing K's rows for
- * vdpbf16ps in registers (16 x 16 transposes of 32-bit words) took as long as the dots it fed,
- * and with four query rows per kv head the scores measured no faster (exact P: 0.94-1.15x).
+/* A bf16 decode step's products on vdpbf16ps (AVX512-BF16), K's and V's rows read where they lie
+ * (a KV cache, a paged pool), with no widening:
+ * - the scores along d (fc_qk_heads_dpbf16): 16 lanes of pairs of elements, folded by halves at
+ *   the end, the decode order the mixed contract declares.  The tiled scores' order (each score
+ *   one sequential sum over the pairs, lane = key) would need K's pairs transposed into one vector
+ *   per pair (16 x 16 transposes of 32-bit words in registers), which took as long as the dots it
+ *   fed: with four query rows per kv head no faster than the float32 loops (Zen 4, 2026-12-05).
+ * - round_p's P V (fc_pv_heads_dpbf16): V's rows paired per column in registers as they are read,
+ *   per output element the pairs of keys in order from O's value, the order of the packed-tile
+ *   form (fc_pv_dpbf16_vec), which the contract declares for round_p's P V.
+ * Before them a decode step multiplied float32 Q and weights by K's and V's rows widened in
+ * registers with float32 multiply-adds (fc_half.h), twice the multiply instructions and the
+ * widening: a decode's few query rows per key leave the core's arithmetic the larger part of a
+ * cached step's time (Zen 4, 2026-12-05: a batch of 14 bf16 decode steps took 1.19 ms on rows held
+ * in L2 and 1.45 ms from a 31 MB pool).
  * Hand-written; included (through fc_simd.h) by every CPU level's core module. */
 #ifndef FUEL_CY_FC_DECODE16_H
 #define FUEL_CY_FC_DECODE16_H
 #include "fc_isa.h"      /* the level's intrinsics */
 #include "fc_gemm.h"     /* FC_HAVE_DPBF16, fc_pair_p_bf16 */
+#include "fc_half.h"     /* FC_H16_GROUP */
 
 #if FC_HAVE_DPBF16
 /* Keys per group (16 pairs), V's rows of one kv head. */
@@ -121,7 +126,68 @@ static inline void fc_pv_dpbf16_rows(const uint32_t* Pp, ptrdiff_t ldpp, ptrdiff
         }
     }
 }
+/* S[i, j] = Q[i] . K[j] for query rows i < nrows4 (a multiple of 4; Qp: each row's bf16 pairs, D2
+ * apart, zero past D) and keys j < n of krows (bf16 rows of D elements, read where they lie), four
+ * keys x four rows at a time on vdpbf16ps along d: lane l (of 16) takes the pairs of elements
+ * (32c + 2l + 1, 32c + 2l) for c = 0, 1, ... in order, both operands zero past D, and the 16 lane
+ * sums fold by halves (fc_hsum16_f32: lane l + l + 8, then + 4, + 2, + 1).  K's rows are read as
+ * they lie, no pairing, no widening: the order fc_rowdots_h16 takes with 16 lanes of d, in pairs. */
+static inline void fc_qk_dpbf16_rows(const uint32_t* Qp, ptrdiff_t D2, ptrdiff_t nrows4, ptrdiff_t D,
+                                     const uint16_t* const* krows, ptrdiff_t n, float* S, ptrdiff_t lds) {
+    for (ptrdiff_t j = 0; j < n; j += 4) {
+        const ptrdiff_t nk = n - j < 4 ? n - j : 4;
+        const uint16_t* k0 = krows[j];
+        const uint16_t* k1 = krows[j + (nk > 1 ? 1 : 0)];
+        const uint16_t* k2 = krows[j + (nk > 2 ? 2 : 0)];
+        const uint16_t* k3 = krows[j + (nk > 3 ? 3 : 0)];
+        for (ptrdiff_t i = 0; i < nrows4; i += 4) {
+            const uint32_t* q = Qp + i * D2;
+            __m512 a[16];   /* a[4 * key + row] */
+            for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
+            for (ptrdiff_t d = 0; d < D; d += 32) {
+                const ptrdiff_t left = D - d, pl = D2 - d / 2;
+                const __mmask32 mk = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+                const __mmask16 mq = pl >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << pl) - 1u);
+                __m512bh u0 = (__m512bh)_mm512_maskz_loadu_epi16(mk, k0 + d);
+                __m512bh u1 = (__m512bh)_mm512_maskz_loadu_epi16(mk, k1 + d);
+                __m512bh u2 = (__m512bh)_mm512_maskz_loadu_epi16(mk, k2 + d);
+                __m512bh u3 = (__m512bh)_mm512_maskz_loadu_epi16(mk, k3 + d);
+                for (int r = 0; r < 4; r++) {
+                    __m512bh x = (__m512bh)_mm512_maskz_loadu_epi32(mq, q + r * D2 + d / 2);
+                    a[r] = _mm512_dpbf16_ps(a[r], x, u0);
+                    a[4 + r] = _mm512_dpbf16_ps(a[4 + r], x, u1);
+                    a[8 + r] = _mm512_dpbf16_ps(a[8 + r], x, u2);
+                    a[12 + r] = _mm512_dpbf16_ps(a[12 + r], x, u3);
+                }
+            }
+            __m512 s = fc_hsum16_f32(a);
+            if (nk == 4) {
+                fc_store_4x4_f32(S + i * lds + j, lds, s);
+            } else {
+                float t[16];
+                _mm512_storeu_ps(t, s);
+                for (int r = 0; r < 4; r++)
+                    for (ptrdiff_t c = 0; c < nk; c++) S[(i + r) * lds + j + c] = t[4 * r + c];
+            }
+        }
+    }
+}
 #endif
+
+/* The dots of every kv head's query rows (rph4 per head, head-major; Qp their bf16 pairs, D2 apart)
+ * with keys [0, ncols) of krows (head h's rows D further; navail: see fc_prefetch_head_rows) on
+ * vdpbf16ps (fc_qk_dpbf16_rows), in fc_rowdots_heads_h16's key groups and prefetch. */
+static inline void fc_qk_heads_dpbf16(const uint32_t* Qp, ptrdiff_t D2, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D,
+                                      const uint16_t* const* krows, ptrdiff_t ncols, ptrdiff_t navail,
+                                      float* S, ptrdiff_t lds) {
+#if FC_HAVE_DPBF16
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP,
+        fc_qk_dpbf16_rows(Qp + h * rph4 * D2, D2, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds))
+#else
+    (void)Qp; (void)D2; (void)nheads; (void)rph4; (void)D; (void)krows; (void)ncols; (void)navail; (void)S;
+    (void)lds;  /* never called */
+#endif
+}
 
 /* O += P V for every kv head's query rows (rph4 per head, head-major) over value rows [0, ncols <=
  * FC_BC) of vrows (head h's D further; navail: see fc_prefetch_head_rows), P holding round_p's

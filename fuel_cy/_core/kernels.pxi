@@ -15,9 +15,11 @@ cdef enum:
 cdef enum:
     BC_DECODE = 2048  # keys whose dots a decode step computes at once, at most (flash_task)
 
-# a bf16 decode step's round_p P V on vdpbf16ps where the level has it (fc_decode16.h); off
-# (_test_decode_pairs), the float32 loops on rows widened in registers, as before it: timing only
+# a bf16 decode step's round_p P V and its scores on vdpbf16ps where the level has it
+# (fc_decode16.h); each off (_test_decode_pairs, _test_decode_qk_pairs), the float32 loops on rows
+# widened in registers, as before them: timing and the tests that tell the orders apart only
 cdef bint _decode_pairs_allowed = True
+cdef bint _decode_qk_pairs_allowed = True
 
 
 cdef struct Layout:
@@ -288,6 +290,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     # a bf16 decode step's round_p P V on vdpbf16ps (fc_decode16.h), V's rows paired as they are read
     cdef bint pv16 = (rnd_t is RoundNone and real_t is float and vrow16 != NULL and o.round_p == 1
                       and o.is_f16 == 0 and FC_HAVE_DPBF16 and _decode_pairs_allowed)
+    # its scores on vdpbf16ps along d (fc_decode16.h), K's rows read in place
+    cdef bint qk16 = (rnd_t is RoundNone and real_t is float and krow16 != NULL and o.is_f16 == 0
+                      and FC_HAVE_DPBF16 and _decode_qk_pairs_allowed)
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t slope
@@ -354,7 +359,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         copy_rows_strided(q + row_offset(&sh.lq, b * sh.Hq + h, i0), hstep * sh.lq.sh + pstep * sh.lq.ss,
                           nr, nr4, D, Qs)
     if rnd_t is RoundNone and real_t is float:
-        if kpp != NULL and o.q16 == NULL:
+        if (kpp != NULL or qk16) and o.q16 == NULL:
             fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
     zero(O, nr4 * D)
     for r in range(nr):
@@ -418,7 +423,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     for jj in range(nw):
                         rows16[jj] = krow16 + key_row(o, j0 + jj) * sh.lk.ss
                     if rnd_t is RoundNone and real_t is float:
-                        fc_rowdots_heads_h16(Qs, nh, rph, D, rows16, nw, nw, S, lds, o.is_f16)
+                        if qk16:
+                            fc_qk_heads_dpbf16(Qp, D2, nh, rph, D, rows16, nw, nw, S, lds)
+                        else:
+                            fc_rowdots_heads_h16(Qs, nh, rph, D, rows16, nw, nw, S, lds, o.is_f16)
                     for jj in range(nw):   # (V's rows for P V from here on)
                         rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
                 else:

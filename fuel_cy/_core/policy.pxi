@@ -90,6 +90,9 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pv_heads_dpbf16(const float* P, Py_ssize_t ldp, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t ncols,
                             Py_ssize_t navail, const unsigned short** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
                             unsigned int* Pp)
+    void fc_qk_heads_dpbf16(const unsigned int* Qp, Py_ssize_t D2, Py_ssize_t nheads, Py_ssize_t rph4, Py_ssize_t D,
+                            const unsigned short** krows, Py_ssize_t ncols, Py_ssize_t navail, float* S,
+                            Py_ssize_t lds)
 
     # fc_pack.h: tile packing
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)

@@ -321,6 +321,16 @@ def _test_decode_pairs(on=None):
     return _decode_pairs_allowed
 
 
+def _test_decode_qk_pairs(on=None):
+    """Testing hook: whether a bf16 decode step's scores run on vdpbf16ps along d from K's rows
+    read in place (the default where the level has AVX512-BF16) or on the float32 loops over rows
+    widened in registers (for timing).  With an argument, switch to it first."""
+    global _decode_qk_pairs_allowed
+    if on is not None:
+        _decode_qk_pairs_allowed = bool(on)
+    return _decode_qk_pairs_allowed
+
+
 def _test_decode_pv_dpbf16(float[:, ::1] p, const unsigned short[:, ::1] v, float[:, ::1] o, Py_ssize_t nheads=1):
     """Testing hook: a bf16 decode step's round_p O + P V on vdpbf16ps from V's rows read in place
     (fc_decode16.h) for p [nheads * rph <= 64, keys <= 128] (rph a multiple of 4; rounded to bf16
@@ -343,6 +353,30 @@ def _test_decode_pv_dpbf16(float[:, ::1] p, const unsigned short[:, ::1] v, floa
     for j in range(n):
         vrows[j] = &v[j, 0]
     fc_pv_heads_dpbf16(&pv[0, 0], BC, nheads, nr // nheads, n, n, vrows, D, &ov[0, 0], D, &pp[0])
+    return out
+
+
+def _test_decode_qk_dpbf16(float[:, ::1] q, const unsigned short[:, ::1] k, Py_ssize_t nheads=1):
+    """Testing hook: a bf16 decode step's scores on vdpbf16ps along d from K's rows read in place
+    (fc_decode16.h) for q [nheads * rph <= 64, D] holding bf16 values (rph a multiple of 4, each
+    head's rows together) and k [keys <= 128, nheads * D] bf16 bits (a pool row's heads side by
+    side): S [nheads * rph, keys], head h's rows against its part of each key row.  None when
+    this level has no AVX512-BF16."""
+    if not FC_HAVE_DPBF16:
+        return None
+    cdef Py_ssize_t nr = q.shape[0], D = q.shape[1], n = k.shape[0], j
+    if (nheads < 1 or nr % (4 * nheads) or nr > BR_FLASH or n > BC or n < 1 or D < 1
+            or k.shape[1] != nheads * D):
+        raise ValueError("q [nheads * rph <= 64, D], k [keys <= 128, nheads * D]")
+    cdef Py_ssize_t D2 = (D + 1) // 2
+    cdef unsigned int[::1] qp = _np.zeros(nr * D2, dtype=_np.uint32)
+    fc_pair_rows_bf16(&q[0, 0], nr, D, &qp[0], D2)
+    out = _np.zeros((nr, n), dtype=_np.float32)
+    cdef float[:, ::1] sv = out
+    cdef const unsigned short* krows[BC]
+    for j in range(n):
+        krows[j] = &k[j, 0]
+    fc_qk_heads_dpbf16(&qp[0], D2, nheads, nr // nheads, D, krows, n, n, &sv[0, 0], n)
     return out
 
 
