@@ -289,6 +289,74 @@ def test_the_typed_offset_check_accepts_what_the_python_rule_does(seed, index):
     assert input_error_of(fuel_cy.attention_varlen, q, k, v, cu_q, cu_k) == expected
 
 
+def _paged_lengths_case(rng, index, how):
+    """A paged varlen call's arrays and params, right or wrong in one way (`how`): sequences of
+    0-3 queries and 0-20 keys over a pool of 12 blocks of 4 keys, table rows of 5 blocks whose
+    slots no sequence reads hold anything (a sentinel, an id past the pool), seqused_k and
+    max_seqlen_q/_k given or not."""
+    b, mb, bs, nb = 4, 5, 4, 12
+    lq, lk = rng.integers(0, 4, b), rng.integers(0, mb * bs + 1, b)
+    used = rng.integers(0, lk + 1) if rng.random() < 0.5 else None
+    keys = lk if used is None else used
+    table = rng.integers(0, nb, (b, mb)).astype(np.int64)
+    for i in range(b):
+        table[i, -(-int(keys[i]) // bs):] = rng.choice([0xFFFFFFFF if index == np.uint32 else -1, nb, 3])
+    params = {}
+    if rng.random() < 0.5:
+        params = {"max_seqlen_q": int(lq.max()) + int(rng.integers(0, 2)),
+                  "max_seqlen_k": int(keys.max()) + int(rng.integers(0, 2))}
+    live = [i for i in range(b) if keys[i] > 0]
+    if how == 1 and live:   # a block a sequence reads is past the pool (or negative as int32)
+        i = int(rng.choice(live))
+        table[i, rng.integers(0, -(-int(keys[i]) // bs))] = nb + int(rng.integers(0, 3)) if index == np.uint32 else -2
+    elif how == 2:          # a sequence holds more keys than its table row
+        lk[rng.integers(0, b)] = mb * bs + 1 + int(rng.integers(0, 3))
+    elif how == 3:          # seqused_k past a sequence's keys (or negative as int32)
+        used = rng.integers(0, lk + 1)
+        used[rng.integers(0, b)] = (lk.max() + 1) if index == np.uint32 else -1
+    elif how == 4 and lq.max() > 0:
+        params = {"max_seqlen_q": int(lq.max()) - 1}
+    elif how == 5 and keys.max() > 0:
+        params = {"max_seqlen_k": int(keys.max()) - 1}
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(index) for n in (lq, lk))
+    q = np.zeros((int(lq.sum()), 2, 8), np.float32)
+    kc = np.zeros((nb, bs, 1, 8), np.float32)
+    arrays = {"q": q, "k": kc, "v": kc.copy(), "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k,
+              "block_table": table.astype(index), "seqused_k": None if used is None else used.astype(index)}
+    return arrays, params
+
+
+@pytest.mark.parametrize("index", [np.uint32, np.int32])
+@pytest.mark.parametrize("seed", range(36))
+def test_the_typed_paged_and_length_checks_accept_what_the_python_rule_does(seed, index):
+    """The typed copy of the rule (fastcheck.pxi) for a block table, seqused_k and max_seqlen_q/_k
+    against the rule it copies (_prose_checks._cu_seqlens), each right or wrong in each way,
+    uint32 and int32 (negative ones too): the call raises exactly when the rule raises, with its
+    message.  (Until the copy covered them, such calls ran the numpy rule: 29-45 us a
+    decode-sized call where the typed checks take 10.)"""
+    from fuel_cy.runtime import _prose_checks
+
+    rng = np.random.default_rng(seed)
+    arrays, params = _paged_lengths_case(rng, index, seed % 6)
+    expected = input_error_of(_prose_checks._cu_seqlens, "attention_varlen", arrays, params,
+                              "contracts/fuel-cy-model.md")
+    got = input_error_of(fuel_cy.attention_varlen, arrays["q"], arrays["k"], arrays["v"], arrays["cu_seqlens_q"],
+                         arrays["cu_seqlens_k"], block_table=arrays["block_table"], seqused_k=arrays["seqused_k"],
+                         **params)
+    assert got == expected
+    if seed % 6 == 0:
+        assert expected is None
+    if expected is None:   # and the typed copy, not the numpy rule, accepted it
+        calls = []
+        spy = {**_prose_checks.RULES, "attention_varlen": [lambda *a: calls.append(a)]}
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(_prose_checks, "RULES", spy)
+            fuel_cy.attention_varlen(arrays["q"], arrays["k"], arrays["v"], arrays["cu_seqlens_q"],
+                                     arrays["cu_seqlens_k"], block_table=arrays["block_table"],
+                                     seqused_k=arrays["seqused_k"], **params)
+        assert calls == []
+
+
 
 def reference_lse(q, k, cu_q, cu_k, causal=False, slopes=None, softcap=None):
     """flash-attn's softmax_lse [Hq, Tq] in float64: log sum_j exp(s_j) over the admissible keys;

@@ -180,36 +180,87 @@ cdef bint _fc_paged_ok(dict arrays):
     return True
 
 
+cdef inline bint _fc_index_c(object x, int rank) noexcept:
+    """A C-contiguous uint32 array, or an int32 one (the contract's I32), of that rank: the core
+    reads either as uint32."""
+    return _fc_u32_c(x, rank) or _fc_c_array(x, rank, cnp.NPY_INT32)
+
+
+cdef inline unsigned int _fc_index_limit(object x) noexcept:
+    """The largest value an index array may hold and pass: an int32 array's values must be >= 0,
+    so read as uint32 they stay below 2**31 (what _prose_checks._nonnegative passes)."""
+    return 0x7fffffffu if cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_INT32 else 0xffffffffu
+
+
 cdef bint _fc_offsets_ok(object cu, Py_ssize_t rows) noexcept:
-    """cu is B + 1 >= 1 offsets from 0, non-decreasing, ending at `rows`.  An int32 array (the
-    contract's I32) is read as the uint32 it equals: a negative value reads as 2**31 or more,
-    above `rows`, so it cannot sit between a 0 and a last value of `rows` without a decrease, and
-    what passes here is what _prose_checks._nonnegative and _offsets pass."""
-    if not (_fc_u32_c(cu, 1) or _fc_c_array(cu, 1, cnp.NPY_INT32)):
+    """cu is B + 1 >= 1 offsets from 0, non-decreasing, ending at `rows` (rows < 0: anywhere),
+    uint32 or int32 with no negative value: what _prose_checks._nonnegative and _offsets pass."""
+    if not _fc_index_c(cu, 1):
         return False
     cdef Py_ssize_t n = cnp.PyArray_DIM(<cnp.ndarray>cu, 0), b
     cdef const unsigned int* c = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu)
-    if n == 0 or c[0] != 0 or <Py_ssize_t>c[n - 1] != rows:
+    cdef unsigned int limit = _fc_index_limit(cu)
+    if n == 0 or c[0] != 0 or (rows >= 0 and <Py_ssize_t>c[n - 1] != rows):
         return False
     for b in range(1, n):
-        if c[b] < c[b - 1]:
+        if c[b] < c[b - 1] or c[b] > limit:
             return False
     return True
 
 
-cdef bint _fc_cu_seqlens_ok(dict arrays, dict params) noexcept:
-    """The typed copy of _prose_checks._cu_seqlens for packed keys (no block_table, seqused_k or
-    max_seqlen bound: those take the Python rule)."""
+cdef bint _fc_cu_seqlens_ok(dict arrays, dict params):
+    """The typed copy of _prose_checks._cu_seqlens: the offsets, seqused_k at most each sequence's
+    keys, a block_table row holding each sequence's keys with every block it reads below NB, and
+    max_seqlen_q/_k at least every length.  One pass over the offsets and the live table slots;
+    the uint32 and int32 index arrays the kernels take (another dtype or layout: the Python rule)."""
     q, k = arrays["q"], arrays["k"]
-    if (arrays.get("block_table") is not None or arrays.get("seqused_k") is not None
-            or params.get("max_seqlen_q") is not None or params.get("max_seqlen_k") is not None):
-        return False
+    table, used = arrays.get("block_table"), arrays.get("seqused_k")
+    cu_q, cu_k = arrays["cu_seqlens_q"], arrays["cu_seqlens_k"]
     if not (cnp.PyArray_Check(q) and cnp.PyArray_NDIM(<cnp.ndarray>q) >= 1
             and cnp.PyArray_Check(k) and cnp.PyArray_NDIM(<cnp.ndarray>k) >= 2):
         return False
-    return (_fc_offsets_ok(arrays["cu_seqlens_q"], cnp.PyArray_DIM(<cnp.ndarray>q, 0))
-            and _fc_offsets_ok(arrays["cu_seqlens_k"],
-                               cnp.PyArray_DIM(<cnp.ndarray>k, 0) * cnp.PyArray_DIM(<cnp.ndarray>k, 1)))
+    cdef Py_ssize_t nb = cnp.PyArray_DIM(<cnp.ndarray>k, 0), bs = cnp.PyArray_DIM(<cnp.ndarray>k, 1)
+    if not (_fc_offsets_ok(cu_q, cnp.PyArray_DIM(<cnp.ndarray>q, 0))
+            and _fc_offsets_ok(cu_k, -1 if table is not None else nb * bs)):
+        return False
+    cdef Py_ssize_t B = cnp.PyArray_DIM(<cnp.ndarray>cu_q, 0) - 1, b, s, live, mb = 0
+    if cnp.PyArray_DIM(<cnp.ndarray>cu_k, 0) != B + 1:
+        return False
+    cdef const unsigned int* cq = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu_q)
+    cdef const unsigned int* ck = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu_k)
+    cdef const unsigned int* u = NULL
+    cdef const unsigned int* t = NULL
+    cdef unsigned int ulimit = 0, tlimit = 0, lk, longest_q = 0, longest_k = 0
+    if used is not None:
+        if not (_fc_index_c(used, 1) and cnp.PyArray_DIM(<cnp.ndarray>used, 0) == B):
+            return False
+        u = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>used)
+        ulimit = _fc_index_limit(used)
+    if table is not None:
+        if not (_fc_index_c(table, 2) and cnp.PyArray_DIM(<cnp.ndarray>table, 0) == B and bs > 0):
+            return False
+        t = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>table)
+        tlimit = _fc_index_limit(table)
+        mb = cnp.PyArray_DIM(<cnp.ndarray>table, 1)
+    for b in range(B):
+        lk = ck[b + 1] - ck[b]
+        if u != NULL:
+            if u[b] > lk or u[b] > ulimit:
+                return False
+            lk = u[b]
+        if t != NULL:
+            live = (<Py_ssize_t>lk + bs - 1) // bs   # blocks it reads; lk <= mb * bs without the product
+            if live > mb:
+                return False
+            for s in range(live):
+                if t[b * mb + s] > tlimit or <Py_ssize_t>t[b * mb + s] >= nb:
+                    return False
+        if cq[b + 1] - cq[b] > longest_q:
+            longest_q = cq[b + 1] - cq[b]
+        if lk > longest_k:
+            longest_k = lk
+    bound_q, bound_k = params.get("max_seqlen_q"), params.get("max_seqlen_k")
+    return B == 0 or ((bound_q is None or bound_q >= longest_q) and (bound_k is None or bound_k >= longest_k))
 
 
 # Each Python rule with a typed copy, by identity; a driver is typed when every rule RULES lists
