@@ -87,6 +87,21 @@ def sdpa(ops: ArrayOps, kernel: Callable[..., Any], query: Any, key: Any, value:
         # [B, H, L, E] with no mask (a decode step's call): nothing to map
         return kernel(query, key, value, None, None, softmax_scale=scale, causal=bool(is_causal), softcap=softcap,
                       round_p=round_p)
+    if (attn_mask is not None and dropout_p == 0.0 and not is_causal and ops.is_array(query) and ops.is_array(key)
+            and ops.is_array(value) and ops.is_array(attn_mask)
+            and query.ndim == key.ndim == value.ndim == attn_mask.ndim == 4
+            and (enable_gqa or query.shape[1] == key.shape[1])):
+        # [B, H, L, E] and a C-contiguous [MB, MH, MQ, MK] mask of 1s and extents (a padding
+        # mask's [B, 1, 1, S], say): the kernel's own layout, nothing to fold; anything else, or
+        # anything wrong, takes the mapping below and its errors
+        ms, qs = _shape(attn_mask), _shape(query)
+        if (all(m == 1 or m == t for m, t in zip(ms, qs[:3] + (_shape(key)[2],)))
+                and (ops.is_bool(attn_mask) or ops.dtype_name(attn_mask) == ops.dtype_name(query))
+                and ops.contiguous(attn_mask) is attn_mask):
+            boolean = ops.is_bool(attn_mask)
+            return kernel(query, key, value, attn_mask=attn_mask if boolean else None,
+                          attn_bias=None if boolean else attn_mask, softmax_scale=scale, causal=False,
+                          softcap=softcap, round_p=round_p)
     arrays = {"query": query, "key": key, "value": value}
     for name, x in arrays.items():
         if not ops.is_array(x):
