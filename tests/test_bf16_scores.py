@@ -199,11 +199,10 @@ def test_decode_step_scores_are_the_lane_pairs_sum(nheads, rph, keys, d):
     order, across kv heads side by side in a row, ragged keys, D not a multiple of 32, odd D; and
     within float32's error bound of the exact dot."""
     c = core()
-    bf = ml_dtypes.bfloat16
     rng = np.random.default_rng(nheads * 1000 + keys + d)
     nr = nheads * rph
-    k = rng.standard_normal((keys, nheads * d)).astype(bf)
-    q = rng.standard_normal((nr, d)).astype(bf).astype(np.float32)
+    k = rng.standard_normal((keys, nheads * d)).astype(BF16)
+    q = rng.standard_normal((nr, d)).astype(BF16).astype(np.float32)
     s = c._test_decode_qk_dpbf16(q, k.view(np.uint16), nheads)
     if not c._TEST_HAVE_DPBF16:
         assert s is None

@@ -156,6 +156,20 @@ cdef inline bint _fc_u32_c(object x, int rank) noexcept:
     return _fc_c_array(x, rank, cnp.NPY_UINT32)
 
 
+cdef inline bint _fc_table_row_ok(const unsigned int* row, unsigned int keys, Py_ssize_t bs, Py_ssize_t mb,
+                                  Py_ssize_t nb, unsigned int limit) noexcept:
+    """A block-table row of mb slots holds `keys` keys of bs per block (bs > 0), and every block
+    they read is below nb and at most `limit` (_fc_index_limit); the slots past them may hold
+    anything."""
+    cdef Py_ssize_t live = (<Py_ssize_t>keys + bs - 1) // bs, s   # keys <= mb * bs without the product
+    if live > mb:
+        return False
+    for s in range(live):
+        if row[s] > limit or <Py_ssize_t>row[s] >= nb:
+            return False
+    return True
+
+
 cdef bint _fc_paged_ok(dict arrays):
     """Every context fits its table row's capacity and every block id a live context reads is
     below num_blocks: one pass over context_lens and the live part of the table."""
@@ -167,16 +181,12 @@ cdef bint _fc_paged_ok(dict arrays):
     cdef Py_ssize_t nb = cnp.PyArray_DIM(<cnp.ndarray>pool, 0), bs = cnp.PyArray_DIM(<cnp.ndarray>pool, 1)
     cdef const unsigned int* t = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>table)
     cdef const unsigned int* n = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>lens)
-    cdef Py_ssize_t b, s, live
+    cdef Py_ssize_t b
     if cnp.PyArray_DIM(<cnp.ndarray>table, 0) != B or bs <= 0:
         return False
     for b in range(B):
-        live = (<Py_ssize_t>n[b] + bs - 1) // bs   # blocks it reads; n[b] <= mb * bs without the product
-        if live > mb:
+        if not _fc_table_row_ok(t + b * mb, n[b], bs, mb, nb, 0xffffffffu):
             return False
-        for s in range(live):
-            if <Py_ssize_t>t[b * mb + s] >= nb:
-                return False
     return True
 
 
@@ -223,7 +233,7 @@ cdef bint _fc_cu_seqlens_ok(dict arrays, dict params):
     if not (_fc_offsets_ok(cu_q, cnp.PyArray_DIM(<cnp.ndarray>q, 0))
             and _fc_offsets_ok(cu_k, -1 if table is not None else nb * bs)):
         return False
-    cdef Py_ssize_t B = cnp.PyArray_DIM(<cnp.ndarray>cu_q, 0) - 1, b, s, live, mb = 0
+    cdef Py_ssize_t B = cnp.PyArray_DIM(<cnp.ndarray>cu_q, 0) - 1, b, mb = 0
     if cnp.PyArray_DIM(<cnp.ndarray>cu_k, 0) != B + 1:
         return False
     cdef const unsigned int* cq = <const unsigned int*>cnp.PyArray_DATA(<cnp.ndarray>cu_q)
@@ -248,13 +258,8 @@ cdef bint _fc_cu_seqlens_ok(dict arrays, dict params):
             if u[b] > lk or u[b] > ulimit:
                 return False
             lk = u[b]
-        if t != NULL:
-            live = (<Py_ssize_t>lk + bs - 1) // bs   # blocks it reads; lk <= mb * bs without the product
-            if live > mb:
-                return False
-            for s in range(live):
-                if t[b * mb + s] > tlimit or <Py_ssize_t>t[b * mb + s] >= nb:
-                    return False
+        if t != NULL and not _fc_table_row_ok(t + b * mb, lk, bs, mb, nb, tlimit):
+            return False
         if cq[b + 1] - cq[b] > longest_q:
             longest_q = cq[b + 1] - cq[b]
         if lk > longest_k:
