@@ -168,6 +168,45 @@ def test_a_bf16_decode_steps_p_v_runs_on_v_pairs(hq, hkv, d):
         c._test_decode_pairs(saved)
 
 
+@pytest.mark.parametrize("name", ["attention_masked", "attention_flash_mixed", "attention_varlen"])
+def test_paired_weights_on_the_tiles_give_the_float32_weights_bits(name):
+    """On the tile forms (AMX, and its emulation on every AVX512-BF16 CPU) round_p's bf16 exp pass
+    writes the weights as bf16 pairs and P V loads them as they are, where it rounded them in
+    float32 for P V to split before: the same products, bit for bit (switched back by a testing
+    hook), whole tiles and ragged ones, causal diagonals, masks, GQA, and scores spread so wide
+    (std ~64) that many weights fall below 2^-126, where vcvtneps2bf16 flushes what the tiles
+    would read as zero anyway.  The emulated form counts the blocks that took the pairs."""
+    c = core()
+    saved = c._test_paired_weights()
+    rng = np.random.default_rng(7)
+    try:
+        for form in _each_form():
+            for hq, hkv, s, d, causal, spread in [(2, 2, 256, 64, False, 1.0), (4, 2, 300, 80, True, 1.0),
+                                                  (2, 1, 256, 64, False, 8.0), (2, 2, 200, 48, True, 8.0)]:
+                q = (rng.standard_normal((1, hq, s, d)) * spread).astype(BF16)
+                k = (rng.standard_normal((1, hkv, s, d)) * spread).astype(BF16)
+                v = rng.standard_normal((1, hkv, s, d)).astype(BF16)
+                kw = {"round_p": True}
+                if name == "attention_masked" and not causal:
+                    kw["attn_mask"] = rng.random((1, 1, s, s)) < 0.9
+                outs = []
+                for on in (True, False):
+                    c._test_paired_weights(on)
+                    before = c._test_emulated_paired_calls()
+                    if name == "attention_masked" and "attn_mask" in kw:
+                        d_ = fuel_cy.attention_masked(q, k, v, kw["attn_mask"], None, round_p=True)
+                    else:
+                        d_ = _kernel_call(name, q, k, v, causal, round_p=True)
+                    outs.append(bits(np.asarray(d_)))
+                    took = c._test_emulated_paired_calls() - before
+                    assert took == 0 or (on and form == "amx-emulated"), (form, on, took)
+                    if on and form == "amx-emulated":
+                        assert took > 0, (hq, s, d)
+                assert np.array_equal(outs[0], outs[1]), (form, hq, s, d, causal, spread)
+    finally:
+        c._test_paired_weights(saved)
+
+
 def _backward_call(name, q, k, v, do, causal, **kw):
     """One of the three backwards on [1, H, S, D] inputs: (dq, dk, dv) as [1, H, S, D]."""
     scale = 1 / np.sqrt(q.shape[-1])

@@ -47,6 +47,10 @@ cdef struct AttnOpts:
     # and lv say, through ktable), for the vdpbf16ps products: NULL otherwise
     const unsigned short* kp16
     const unsigned short* vp16
+    # (the bf16 products on AMX tiles, Sq > 1) V in its bf16 storage, laid out as Shape.lv says
+    # (through ktable): its pairs are packed per kv head for the tiles and P V reads its rows
+    # where the tiles leave edges, widened in registers; NULL: V's float32 rows
+    const unsigned short* vt16
     # a decode step under float32 compute on bf16/f16 K and V: their rows read in place in their
     # 16-bit storage (laid out as Shape.lk / lv say), widened in registers; NULL otherwise
     const unsigned short* k16

@@ -296,6 +296,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.k_tiles = 0
     o.k16 = o.v16 = NULL
     o.kp16 = o.vp16 = NULL
+    o.vt16 = NULL
     o.is_f16 = 0
     o.ktable = NULL
     o.kbs = 0
@@ -312,9 +313,10 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
 
 
 cdef bint _pairs16_v(int round_p) noexcept:
-    """Whether the bf16 flash's P V reads V's pairs only (round_p to bf16 on vdpbf16ps), so V
-    can be paired straight from its storage; the tile forms read float32 V at their edges."""
-    return bool(FC_HAVE_DPBF16) and round_p == 1 and not fc_bf16_on_tiles()
+    """Whether the bf16 flash's P V reads V in its storage: its pairs only (round_p to bf16 on
+    vdpbf16ps), or on the tiles its pairs and, at the tiles' edges, its rows (AttnOpts.vt16), so
+    V is paired straight from its storage and never widened into a copy."""
+    return bool(FC_HAVE_DPBF16) and (round_p == 1 or fc_bf16_on_tiles())
 
 
 cdef int _round_p(dict params, int is_f16):
@@ -515,6 +517,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                          and not krows and k16 == NULL and sh.hpt <= 1 and flash_tasks(&sh, 1) == 1
                          and (_pairs_in_task(bf16_pairs, k_h16, v_h16) if bf16_pairs else k_h16 == NULL))
     o.k_tiles = k_tiles
+    if v_h16 != NULL and fc_bf16_on_tiles():
+        o.vt16 = v_h16
     if k_tiles:
         per_thread = flash_scratch(sh.D, True)
         if bf16_pairs:

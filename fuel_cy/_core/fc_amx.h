@@ -42,7 +42,10 @@
  * tdpbf16ps they ran, for the tests */
 static int fc_amx_emu_faults = 0;
 static long fc_amx_emu_dps = 0;
+static long fc_amx_emu_paired = 0;   /* fc_pv_bf16_paired calls on the emulated form */
 
+#define FC_AMX_PV_ROWS 64   /* query rows of one O += P V on the tiles (fc_pv_amx), at most */
+#define FC_AMX_PV_COLS 64   /* columns of O per chunk there */
 #define FC_AMX_TN_ROWS 64   /* query rows of one C^T += X^T P on the tiles (fc_tn_bf16t), at most */
 #define FC_AMX_TN_KEYS 64   /* keys per chunk of P's terms */
 /* Ct[d][j] += sum_r X[r][d] P[r][j] over rows [r0, r1), for columns d in [d0, d1) and keys j in
@@ -139,8 +142,16 @@ static void NAME(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint3
  * are the float32 kernel's.  V's keys are paired for the tiles per call and column chunk, or come
  * paired already (vpairs: [FC_BC / 2][D], fc_pack.h fc_pack_v_pairs_bf16, once per kv head); the
  * same sums either way. */
-#define FC_AMX_PV_ROWS 64
-#define FC_AMX_PV_COLS 64
+/* O += P V by the float32 loops for what the tiles leave: V's float32 rows (V, ldv, vrows), or
+ * (vrows16 not NULL) its bf16 rows where they are stored, widened in registers: the same sums in
+ * the same order (fc_half.h fc_pv_h16 is fc_pv_f32's loop), so the same bits, with no float32
+ * copy of V.  nrows4 % 4 == 0. */
+static inline void fc_pv_edge_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                    const float* V, ptrdiff_t ldv, float* const* vrows,
+                                    const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    if (vrows16) fc_pv_heads_h16(P, ldp, 1, nrows4, ncols, ncols, vrows16, D, O, ldo, 0);
+    else fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+}
 /* 32 floats of P -> 16 bf16 pairs of each of its three terms (pairs: key 2k low, 2k + 1 high) */
 static inline void fc_split3_bf16(const float* p, uint32_t* t1, uint32_t* t2, uint32_t* t3) {
     __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
@@ -151,6 +162,10 @@ static inline void fc_split3_bf16(const float* p, uint32_t* t1, uint32_t* t2, ui
         a = _mm512_sub_ps(a, _mm512_cvtpbh_ps((__m256bh)_mm512_castsi512_si256((__m512i)h)));
         b = _mm512_sub_ps(b, _mm512_cvtpbh_ps((__m256bh)_mm512_extracti64x4_epi64((__m512i)h, 1)));
     }
+}
+/* 32 floats of P holding bf16 values (round_p) -> their 16 bf16 pairs: the one term */
+static inline void fc_split1_bf16(const float* p, uint32_t* t1) {
+    _mm512_storeu_si512(t1, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
 }
 /* OP (LOAD or STORE) on the float32 tiles 0-3 of a 32 x 32 block at C (rows ld floats, stride
  * bytes apart): tile 1 only with a second column tile, 2 with a second row tile, 3 with both */
@@ -164,20 +179,33 @@ static inline void fc_split3_bf16(const float* p, uint32_t* t1, uint32_t* t2, ui
 #define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
                  ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,      \
-                 const uint32_t* vpairs, int nterms) {                                           \
+                 const uint32_t* vpairs, int nterms, const uint32_t* pt, ptrdiff_t ldpt,         \
+                 const uint16_t* const* vrows16) {                                               \
     ptrdiff_t rows_t = nrows4 / 16 * 16, keys_t = ncols / 32 * 32, cols_t = D / 16 * 16;        \
     if (!rows_t || !keys_t || !cols_t || rows_t > FC_AMX_PV_ROWS || ncols > FC_BC) {             \
-        fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);                       \
+        fc_pv_edge_bf16v(P, ldp, nrows4, ncols, V, ldv, vrows, vrows16, D, O, ldo);              \
         return;                                                                                  \
     }                                                                                            \
     ptrdiff_t kp_n = keys_t / 2;                       /* key pairs */                          \
     uint32_t terms[3][FC_AMX_PV_ROWS * FC_BC / 2];     /* [term][row][pair] */                  \
     uint32_t vp[FC_BC / 2 * FC_AMX_PV_COLS];           /* [pair][column of the chunk] */        \
-    for (ptrdiff_t r = 0; r < rows_t; r++)                                                       \
-        for (ptrdiff_t j = 0; j < keys_t; j += 32)                                               \
-            fc_split3_bf16(P + r * ldp + j, terms[0] + r * kp_n + j / 2, terms[1] + r * kp_n + j / 2, \
-                           terms[2] + r * kp_n + j / 2);                                         \
-    long sa = (long)(kp_n * 4), so = (long)(ldo * 4);                                            \
+    const uint32_t* tb[3] = {terms[0], terms[1], terms[2]};                                     \
+    ptrdiff_t tld = kp_n;                                                                        \
+    if (pt) {                                          /* P's one term, paired by the exp pass */ \
+        tb[0] = pt;                                                                              \
+        tld = ldpt;                                                                              \
+        nterms = 1;                                                                              \
+    } else if (nterms == 1) {                          /* P holds bf16 values: no remainders */  \
+        for (ptrdiff_t r = 0; r < rows_t; r++)                                                   \
+            for (ptrdiff_t j = 0; j < keys_t; j += 32)                                           \
+                fc_split1_bf16(P + r * ldp + j, terms[0] + r * kp_n + j / 2);                   \
+    } else {                                                                                     \
+        for (ptrdiff_t r = 0; r < rows_t; r++)                                                   \
+            for (ptrdiff_t j = 0; j < keys_t; j += 32)                                           \
+                fc_split3_bf16(P + r * ldp + j, terms[0] + r * kp_n + j / 2, terms[1] + r * kp_n + j / 2, \
+                               terms[2] + r * kp_n + j / 2);                                     \
+    }                                                                                            \
+    long sa = (long)(tld * 4), so = (long)(ldo * 4);                                             \
     for (ptrdiff_t c0 = 0; c0 < cols_t; c0 += FC_AMX_PV_COLS) {                                  \
         ptrdiff_t w = cols_t - c0 < FC_AMX_PV_COLS ? cols_t - c0 : FC_AMX_PV_COLS;              \
         const uint32_t* vb = vpairs ? vpairs + c0 : vp;                                          \
@@ -198,11 +226,11 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
                     LOAD(6, vb + k * ldvp + d, sv);                                              \
                     if (twoc) LOAD(7, vb + k * ldvp + d + 16, sv);                               \
                     for (int t = 0; t < nterms; t++) {                                           \
-                        LOAD(4, terms[t] + i * kp_n + k, sa);                                    \
+                        LOAD(4, tb[t] + i * tld + k, sa);                                        \
                         DP(0, 4, 6);                                                             \
                         if (twoc) DP(1, 4, 7);                                                   \
                         if (two) {                                                               \
-                            LOAD(5, terms[t] + (i + 16) * kp_n + k, sa);                         \
+                            LOAD(5, tb[t] + (i + 16) * tld + k, sa);                             \
                             DP(2, 5, 6);                                                         \
                             if (twoc) DP(3, 5, 7);                                               \
                         }                                                                        \
@@ -214,15 +242,21 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
         RELEASE();                                                                               \
     }                                                                                            \
     if (keys_t < ncols)                                                                          \
-        fc_pv_contig_f32(P + keys_t, ldp, rows_t, ncols - keys_t, V + keys_t * ldv, ldv, vrows + keys_t, \
-                         cols_t, O, ldo);                                                        \
+        fc_pv_edge_bf16v(P + keys_t, ldp, rows_t, ncols - keys_t, V ? V + keys_t * ldv : NULL, ldv,  \
+                         vrows ? vrows + keys_t : NULL, vrows16 ? vrows16 + keys_t : NULL, cols_t, O, ldo); \
     if (cols_t < D) {                                                                            \
         float* vr[FC_BC];                                                                        \
-        for (ptrdiff_t j = 0; j < ncols; j++) vr[j] = vrows[j] + cols_t;                         \
-        fc_pv_contig_f32(P, ldp, rows_t, ncols, V + cols_t, ldv, vr, D - cols_t, O + cols_t, ldo); \
+        const uint16_t* vr16[FC_BC];                                                             \
+        for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
+            if (vrows) vr[j] = vrows[j] + cols_t;                                                \
+            if (vrows16) vr16[j] = vrows16[j] + cols_t;                                          \
+        }                                                                                        \
+        fc_pv_edge_bf16v(P, ldp, rows_t, ncols, V ? V + cols_t : NULL, ldv, vr, vrows16 ? vr16 : NULL, \
+                         D - cols_t, O + cols_t, ldo);                                           \
     }                                                                                            \
     if (rows_t < nrows4)                                                                         \
-        fc_pv_contig_f32(P + rows_t * ldp, ldp, nrows4 - rows_t, ncols, V, ldv, vrows, D, O + rows_t * ldo, ldo); \
+        fc_pv_edge_bf16v(P + rows_t * ldp, ldp, nrows4 - rows_t, ncols, V, ldv, vrows, vrows16, D,  \
+                         O + rows_t * ldo, ldo);                                                 \
 }
 
 /* C^T += X^T P for the mixed backward's dV += P^T dO and dK += dS^T Q, with the accumulator held
@@ -413,8 +447,13 @@ FC_DEFINE_TN_AMX(fc_tn_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, 
 /* The float32 loops with fc_pv_amx's arguments (V's pairs, if any, are for the tiles only) */
 static inline void fc_pv_loops_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
                                      const float* V, ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O,
-                                     ptrdiff_t ldo, const uint32_t* vpairs, int nterms) {
-    (void)vpairs; (void)nterms;
+                                     ptrdiff_t ldo, const uint32_t* vpairs, int nterms, const uint32_t* pt,
+                                     ptrdiff_t ldpt, const uint16_t* const* vrows16) {
+    (void)vpairs; (void)nterms; (void)pt; (void)ldpt;
+    if (vrows16) {   /* (not called so: the bf16 V forms are for the tiles) */
+        fc_pv_heads_h16(P, ldp, 1, nrows4, ncols, ncols, vrows16, D, O, ldo, 0);
+        return;
+    }
     fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
 }
 
@@ -448,7 +487,33 @@ static inline void fc_pv_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, 
                                ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,
                                const uint32_t* vpairs, int nterms) {
     FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_loops_bf16v,
-                      (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo, vpairs, nterms));
+                      (P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo, vpairs, nterms, NULL, 0, NULL));
+}
+/* fc_pv_bf16v on the tiles with V in its bf16 storage: its pairs (vpairs, required) for the tiles
+ * and its rows (vrows16) for what they leave, never a float32 copy.  Only where the bf16 products
+ * take the tiles (fc_bf16_on_tiles). */
+static inline void fc_pv_bf16v16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                 const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo,
+                                 const uint32_t* vpairs, int nterms) {
+    FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_loops_bf16v,
+                      (P, ldp, nrows4, ncols, NULL, 0, NULL, D, O, ldo, vpairs, nterms, NULL, 0, vrows16));
+}
+
+/* Whether fc_pv_bf16_paired takes a block of nrows4 rows, ncols keys and D columns whole: on the
+ * tiles only, with no edge for the float32 loops (which would need P in float32). */
+static inline int fc_pv_paired_whole(ptrdiff_t nrows4, ptrdiff_t ncols, ptrdiff_t D) {
+    return FC_HAVE_DPBF16 && fc_bf16_scores_form != FC_SCORES_VDPBF16PS && nrows4 % 16 == 0 && nrows4 > 0 &&
+           nrows4 <= FC_AMX_PV_ROWS && ncols % 32 == 0 && ncols > 0 && ncols <= FC_BC && D % 16 == 0 && D > 0;
+}
+/* O += P V of round_p on the tiles with P already in bf16 pairs (Pt: rows ldpt pairs apart, as the
+ * exp pass left them, fc_exp_scaled_sum_bf16p) and V's pairs (vpairs, [FC_BC / 2][D]): one tile
+ * product per block and no split, the same products and sums as fc_pv_bf16v with nterms 1 on the
+ * same weights.  Only where fc_pv_paired_whole says so. */
+static inline void fc_pv_bf16_paired(const uint32_t* Pt, ptrdiff_t ldpt, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                     const uint32_t* vpairs, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    if (fc_bf16_scores_form == FC_SCORES_AMX_EMULATED) __atomic_fetch_add(&fc_amx_emu_paired, 1, __ATOMIC_RELAXED);
+    FC_BY_SCORES_FORM(fc_pv_amx, fc_pv_amx_emulated, fc_pv_loops_bf16v,
+                      (NULL, 0, nrows4, ncols, NULL, 0, NULL, D, O, ldo, vpairs, 1, Pt, ldpt, NULL));
 }
 
 /* Whether the bf16 products take the tiles (then the backward keeps its dK and dV accumulators

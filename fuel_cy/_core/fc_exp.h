@@ -354,6 +354,36 @@ static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale,
     return l;
 #endif
 }
+/* fc_exp_scaled_sum_rp_f32 with rp 1 for P V on the AMX tiles (fc_amx.h fc_pv_bf16_paired): the
+ * weights stored as bf16 in p (row i's 2k and 2k + 1 make pair k, the tiles' layout) instead of as
+ * float32 in s, which is left as it was; the same sum.  vcvtneps2bf16 rounds to nearest even as the
+ * float32 store's rounding does, and where it flushes a subnormal weight to zero the tiles would
+ * read that weight as zero anyway: the same products. */
+#if FC_HAVE_EXP16 && defined(__AVX512BF16__)
+static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p) {
+    const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
+    const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
+    __m512 acc = _mm512_setzero_ps();
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm));
+        _mm256_storeu_si256((__m256i*)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm));
+        _mm256_mask_storeu_epi16(p + j, k, (__m256i)_mm512_cvtneps_pbh(e));
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
+    }
+    return fc_sum16_tree(acc);
+}
+#else
+static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p) {
+    (void)s; (void)n; (void)scale; (void)m; (void)p;   /* not called: fc_pv_paired_whole is 0 here */
+    return 0;
+}
+#endif
 /* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order */
 static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
     float l[16];

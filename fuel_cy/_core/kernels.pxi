@@ -20,6 +20,9 @@ cdef enum:
 # widened in registers, as before them: timing and the tests that tell the orders apart only
 cdef bint _decode_pairs_allowed = True
 cdef bint _decode_qk_pairs_allowed = True
+# round_p's bf16 weights written as pairs by the exp pass where P V runs on the tiles (flash_task
+# p16); off (_test_paired_weights), stored in float32 and split by P V, as before: the same bits
+cdef bint _paired_weights_allowed = True
 
 
 cdef struct Layout:
@@ -380,7 +383,18 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     # round_p's bf16 weights where P V runs on V's pairs alone (vdpbf16ps): the exp pass leaves
     # them in float32 and the pairing rounds them (fc_pv_dpbf16_vec's `exact`): the same products
     # without the exp pass's integer rounding
-    cdef int rp_exp = 0 if (o.round_p == 1 and lds == BC and vrow16 == NULL and vbase == NULL) else o.round_p
+    cdef int rp_exp = 0 if (o.round_p == 1 and lds == BC and vrow16 == NULL and vbase == NULL
+                            and o.vt16 == NULL) else o.round_p
+    # round_p's bf16 weights where P V runs on the tiles with V's pairs: the exp pass writes them
+    # paired into Pp (fc_exp_scaled_sum_bf16p), and P V loads them as they are, in tiles whose rows,
+    # keys and columns fill whole blocks (fc_pv_paired_whole; the others keep the float32 weights)
+    cdef bint p16_ok = (rnd_t is RoundNone and real_t is float and kpp != NULL and vpp != NULL
+                        and o.round_p == 1 and lds == BC and _paired_weights_allowed
+                        and (o.vt16 != NULL or (vbase != NULL and o.ktable == NULL)))
+    # (o.vt16) V's bf16 rows, for what the tiles leave
+    cdef const unsigned short* vtrow16 = o.vt16 + row_offset(&sh.lv, kvh, 0) if o.vt16 != NULL else NULL
+    cdef bint p16 = False
+    cdef unsigned short* P16 = <unsigned short*>Pp
     for t in range(ntiles):
         j0 = t * BC
         if j0 >= kend:
@@ -414,6 +428,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                  and (cls == 2 or (o.causal and o.wl < 0 and o.wr < 0)))
         if rnd_t is RoundNone and plain and cls == 1 and ilast + o.shift + 1 - j0 < nc:
             nc = ilast + o.shift + 1 - j0
+        p16 = p16_ok and fc_pv_paired_whole(nr4, nc, D)
         if lds != BC:   # a decode step: this tile's dots are in S already, or the run starts here
             if j0 >= wend:
                 wbase = j0
@@ -514,6 +529,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             live[r] = False
             if mn == -INFINITY or nrow == 0:  # nothing attended yet, or nothing in this tile
                 zero(srow, nc)
+                if p16:
+                    memset(P16 + r * BC, 0, nc * sizeof(unsigned short))
                 if rnd_t is not RoundNone:  # defined partials for lane_totals (result unused)
                     zero(lanes + r * NL, NL)
                 continue
@@ -524,7 +541,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 alphas[r] = alpha
                 live[r] = True
             else:
-                if real_t is float:  # vector exp and sum in C (fc_exp.h)
+                if real_t is float and p16:   # (the weights in bf16 pairs, for the tiles)
+                    li = fc_exp_scaled_sum_bf16p(srow, nrow, scale if plain else 1, mn, P16 + r * BC)
+                    memset(P16 + r * BC + nrow, 0, (nc - nrow) * sizeof(unsigned short))
+                elif real_t is float:  # vector exp and sum in C (fc_exp.h)
                     # (round_p: the weights stored rounded to T for P V, their sum unrounded)
                     li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, rp_exp)
                 else:
@@ -541,6 +561,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     l[r] = R(tag, R(tag, l[r] * alphas[r]) + totals[r])
         for r in range(nr, nr4):
             zero(S + r * lds + toff, nc)
+            if p16:
+                memset(P16 + r * BC, 0, nc * sizeof(unsigned short))
         if lds != BC:   # V's rows of the run, from this tile's (prefetched up to the run's end)
             if rnd_t is RoundNone and real_t is float:
                 if pv16:   # (round_p's weights: V's pairs on vdpbf16ps)
@@ -561,6 +583,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 else:
                     fc_pv_heads_h16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, o.is_f16)
             continue
+        if vtrow16 != NULL:   # (the tiles on V's pairs, and its bf16 rows at their edges)
+            if rnd_t is RoundNone and real_t is float:
+                vtile = vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D
+                if p16:
+                    fc_pv_bf16_paired(Pp, BC // 2, nr4, nc, vtile, D, O, D)
+                else:   # (round_p: S holds the weights rounded already, rp_exp)
+                    for jj in range(nc):
+                        rows16[jj] = vtrow16 + key_row(o, j0 + jj) * ldv
+                    fc_pv_bf16v16(S, BC, nr4, nc, rows16, D, O, D, vtile, 1 if o.round_p else 3)
+            continue
         if vbase == NULL:   # (only V's bf16 pairs are at hand: the round_p product on them)
             if rnd_t is RoundNone and real_t is float:
                 if pair_tiles:   # (rows16 holds this tile's V rows, asked for before the dots)
@@ -575,7 +607,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         elif kpp != NULL:  # bf16 V under float32 compute: on the tiles too where the scores are
             if rnd_t is RoundNone and real_t is float:
                 vtile = vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D if vpp != NULL else NULL
-                if o.round_p:   # (S holds the weights rounded already)
+                if p16:   # (Pp holds the weights paired)
+                    fc_pv_bf16_paired(Pp, BC // 2, nr4, nc, vtile, D, O, D)
+                elif o.round_p:   # (S holds the weights rounded already)
                     pv_bf16_rounded(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, Pp, False)
                 else:
                     fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, 3)

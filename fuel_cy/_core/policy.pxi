@@ -60,6 +60,13 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pv_bf16v(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
                      Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,
                      const unsigned int* vpairs, int nterms)
+    void fc_pv_bf16v16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols,
+                       const unsigned short** vrows16, Py_ssize_t D, float* O, Py_ssize_t ldo,
+                       const unsigned int* vpairs, int nterms)
+    # and round_p's one tile product per block with P paired by the exp pass (no split, no float P)
+    bint fc_pv_paired_whole(Py_ssize_t nrows4, Py_ssize_t ncols, Py_ssize_t D)
+    void fc_pv_bf16_paired(const unsigned int* Pt, Py_ssize_t ldpt, Py_ssize_t nrows4, Py_ssize_t ncols,
+                           const unsigned int* vpairs, Py_ssize_t D, float* O, Py_ssize_t ldo)
     void fc_qk_dpbf16_part(const unsigned int* Qp, Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t D2, Py_ssize_t p0,
                            const unsigned int* Kp, float* S, Py_ssize_t lds, Py_ssize_t j_begin, Py_ssize_t j_end,
                            int acc)
@@ -118,6 +125,7 @@ cdef extern from "fc_simd.h" nogil:
     double fc_dot16_f64(const double* a, const double* b, Py_ssize_t n)
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
     float fc_exp_scaled_sum_rp_f32(float* s, Py_ssize_t n, float scale, float m, int rp)
+    float fc_exp_scaled_sum_bf16p(const float* s, Py_ssize_t n, float scale, float m, unsigned short* p)
     float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
     double fc_exp_scaled_sum16_f64(double* s, Py_ssize_t n, double scale, double m)
 

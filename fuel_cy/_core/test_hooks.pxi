@@ -75,6 +75,7 @@ cdef extern from "fc_uarch.h" nogil:
 cdef extern from "fc_amx.h" nogil:
     int fc_amx_emu_faults
     long fc_amx_emu_dps
+    long fc_amx_emu_paired
 
 
 
@@ -319,6 +320,22 @@ def _test_decode_pairs(on=None):
     if on is not None:
         _decode_pairs_allowed = bool(on)
     return _decode_pairs_allowed
+
+
+def _test_paired_weights(on=None):
+    """Testing hook: whether round_p's bf16 flash on the tiles has its exp pass write the weights
+    as bf16 pairs for P V (the default; fc_pv_bf16_paired) or store them rounded in float32 for
+    P V to split (what it ran before: for timing and the bit-for-bit comparison).  With an
+    argument, switch to it first."""
+    global _paired_weights_allowed
+    if on is not None:
+        _paired_weights_allowed = bool(on)
+    return _paired_weights_allowed
+
+
+def _test_emulated_paired_calls():
+    """Testing hook: how many P V blocks took the paired weights on the emulated tile form."""
+    return fc_amx_emu_paired
 
 
 def _test_decode_qk_pairs(on=None):
