@@ -534,7 +534,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 if rnd_t is not RoundNone:  # defined partials for lane_totals (result unused)
                     zero(lanes + r * NL, NL)
                 continue
-            alpha = EXP(tag, R(tag, m[r] - mn))
+            # (a max that stayed put: exp(0) is 1 exactly; a row's first scores: exp(-inf) is 0;
+            # so no scalar exp on most rows)
+            alpha = 1 if mn == m[r] else (0 if m[r] == -INFINITY and mn > m[r] else EXP(tag, R(tag, m[r] - mn)))
             # scale 1 is exact (transformed rows: nrow == nc)
             if rnd_t is not RoundNone:  # l[r] after the rows (below)
                 exp_scaled_lanes(tag, srow, nrow, scale if plain else 1, mn, lanes + r * NL)
