@@ -282,6 +282,13 @@ static inline void fc_split3_pair_bf16(const float* a, const float* b, uint32_t*
         y = _mm512_sub_ps(y, hy);
     }
 }
+/* ... its first term alone, where P holds bf16 values (round_p): no remainders to split off */
+static inline void fc_split1_pair_bf16(const float* a, const float* b, uint32_t* t1) {
+    __m512 hx = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(_mm512_loadu_ps(a)));
+    __m512 hy = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(_mm512_loadu_ps(b)));
+    _mm512_storeu_si512(t1, _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(hx), 16),
+                                            _mm512_and_si512(_mm512_castps_si512(hy), _mm512_set1_epi32((int)0xffff0000u))));
+}
 #define FC_DEFINE_TN_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,  \
                  ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt, int nterms) { \
@@ -301,9 +308,14 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
     for (ptrdiff_t j0 = 0; j0 < keys_t; j0 += FC_AMX_TN_KEYS) {                                  \
         ptrdiff_t w = keys_t - j0 < FC_AMX_TN_KEYS ? keys_t - j0 : FC_AMX_TN_KEYS;              \
         for (ptrdiff_t k = 0; k < kp; k++)                                                       \
-            for (ptrdiff_t j = 0; j < w; j += 16)                                                \
-                fc_split3_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j,    \
-                                    terms[0] + k * w + j, terms[1] + k * w + j, terms[2] + k * w + j); \
+            for (ptrdiff_t j = 0; j < w; j += 16) {                                              \
+                if (nterms == 1)                                                                 \
+                    fc_split1_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j, \
+                                        terms[0] + k * w + j);                                   \
+                else                                                                             \
+                    fc_split3_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j, \
+                                        terms[0] + k * w + j, terms[1] + k * w + j, terms[2] + k * w + j); \
+            }                                                                                    \
         long sw = (long)(w * 4);                                                                 \
         for (ptrdiff_t d = 0; d < d_t; d += 32) {                                                \
             int twod = d + 32 <= d_t;                                                            \
