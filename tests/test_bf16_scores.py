@@ -598,23 +598,30 @@ def test_pairs_from_bf16_storage_are_the_widened_routes(n, d, which):
 
 
 @pytest.mark.parametrize("s,d", [(256, 64), (300, 72)])
-def test_the_mixed_flash_reads_v_in_its_storage_where_p_v_takes_its_pairs(s, d):
-    """A bf16 mixed flash call whose P V reads V's pairs (the tile forms in both P modes, and
-    round_p on vdpbf16ps) pairs V from its bf16 storage, its rows read there at the tiles' edges
-    (ragged keys and odd column counts included): no widened float32 copy of V is written (the
-    call's temporaries are kept by slot name, so a widened V would leave its slot behind).
+@pytest.mark.parametrize("kernel", ["attention_flash_mixed", "attention_masked"])
+def test_the_mixed_flash_reads_v_in_its_storage_where_p_v_takes_its_pairs(s, d, kernel):
+    """A bf16 mixed flash call (attention_flash_mixed, or attention_masked with a mask) whose P V
+    reads V's pairs (the tile forms in both P modes, and round_p on vdpbf16ps) pairs V from its
+    bf16 storage, its rows read there at the tiles' edges (ragged keys and odd column counts
+    included): no widened float32 copy of V is written (the call's temporaries are kept by slot
+    name, so a widened V would leave its slot behind); q and k are read in their storage always.
     Elsewhere (the exact mode on vdpbf16ps, a level without AVX512-BF16) V is widened."""
     c = core()
     rng = np.random.default_rng(s + d)
     q, k, v = (rng.standard_normal((1, 2, s, d)).astype(BF16) for _ in range(3))
+    mask = rng.random((1, 1, s, s)) < 0.8
     for form in _each_form():
         for round_p in (False, True):
             c._temps.arrays = {}
             c._temps.bufs = {}
-            fuel_cy.attention_flash_mixed(q, k, v, round_p=round_p)
+            if kernel == "attention_masked":
+                fuel_cy.attention_masked(q, k, v, mask, None, round_p=round_p)
+            else:
+                fuel_cy.attention_flash_mixed(q, k, v, round_p=round_p)
             slots = set(c._temps.arrays) | set(c._temps.bufs)
             in_storage = form in ("amx", "amx-emulated") or (form == "vdpbf16ps" and round_p)
             assert ("v" not in slots) == in_storage, (form, round_p, sorted(slots))
+            assert not {"q", "k"} & slots, (form, round_p, sorted(slots))
 
 
 @pytest.mark.parametrize("n,d", [(0, 8), (1, 1), (7, 33), (16, 64), (17, 65), (128, 128), (100, 130), (33, 256)])

@@ -160,15 +160,20 @@ cdef object drive_attention_masked_half(RoundNone tag, const float* q, const flo
                                         const unsigned char* attn_mask, const float* attn_bias,
                                         float* out, tuple dims, dict params, int nthreads, tuple mask_dims,
                                         int is_f16, const unsigned short* k16=NULL, const unsigned short* v16=NULL,
-                                        const Py_ssize_t* strides=NULL):
+                                        const Py_ssize_t* strides=NULL, const unsigned short* q_h16=NULL,
+                                        const unsigned short* k_h16=NULL, const unsigned short* v_h16=NULL,
+                                        unsigned short* out_h16=NULL):
     """drive_attention_masked on bf16/f16 inputs (widened exactly into C-contiguous work arrays)
     under float32 compute, the bf16 scores by vdpbf16ps or AMX tiles where the CPU has them (as
     drive_attention_flash_half).  k16, v16 (k and v NULL): a decode step (Sq == 1) reading K and V
     in their 16-bit storage where they lie (strides: q's, k's, v's and out's, as drive_attention_masked),
-    widened in registers: a KV cache is read at two bytes an element, never copied."""
+    widened in registers: a KV cache is read at two bytes an element, never copied.  q_h16, k_h16,
+    v_h16, out_h16 (q, k, out NULL; v NULL with v_h16): more query rows reading q, k (and v where
+    P V reads its pairs) in their C-contiguous 16-bit storage and writing the output rounded to T
+    (as drive_attention_flash_half), no widened copies."""
     _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False,
              bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, attn_mask, attn_bias, mask_dims, False,
-             strides, NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16))
+             strides, NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16), q_h16, k_h16, v_h16, out_h16)
 
 
 # ---- the model-facing kernels' backwards: dq, dk, dv ---------------------------------------------

@@ -277,15 +277,24 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                             <const float*>_ptr(b_a, tn), <float*>_ptr(out, tn), dims, params,
                                             nthreads, mdims, is_f16, <const unsigned short*>_data_rows(k, h),
                                             <const unsigned short*>_data_rows(v, h), strides)
-        else:
-            q_a = _win(q, npwork, code, narrow, nthreads, "q")
-            k_a = _win(k, npwork, code, narrow, nthreads, "k")
-            v_a = _win(v, npwork, code, narrow, nthreads, "v")
-            if rnd_t is RoundNone and real_t is float:
-                drive_attention_masked_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
-                                            <const float*>_ptr(v_a, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
-                                            <const float*>_ptr(b_a, tn), <float*>_ptr(out, tn), dims, params,
-                                            nthreads, mdims, is_f16)
+        elif rnd_t is RoundNone and real_t is float:
+            # as the half flash (pairs16 above): q and k read in their 16-bit storage, V too where
+            # P V reads its pairs (_pairs16_v), the output rounded into the T array; the masks
+            # as they are
+            h = _half_typenum(code)
+            q, k = _np.ascontiguousarray(q), _np.ascontiguousarray(k)
+            vin16 = is_f16 == 0 and _pairs16_v(_round_p(params, 0))
+            v = _np.ascontiguousarray(v) if vin16 else v
+            v_a = None if vin16 else _win(v, npwork, code, narrow, nthreads, "v")
+            res = _empty_as(q, h)
+            drive_attention_masked_half(tag, NULL, NULL, <const float*>_ptr(v_a, tn),
+                                        <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
+                                        <const float*>_ptr(b_a, tn), NULL, dims, params, nthreads, mdims, is_f16,
+                                        NULL, NULL, NULL, <const unsigned short*>_ptr(q, h),
+                                        <const unsigned short*>_ptr(k, h),
+                                        <const unsigned short*>_ptr(v, h) if vin16 else NULL,
+                                        <unsigned short*>_ptr(res, h))
+            return res
         return _from_work(out, code, nthreads) if narrow else out
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
         q, k, v, cu_q, cu_k, s, table, used = ins
