@@ -93,7 +93,12 @@ FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWRED_UNUSED)
  * polynomial as fc_expf; <= 2 ulp (tested).  Other levels use fc_expf_v (below). */
 #if defined(__AVX512F__)
 #define FC_HAVE_EXP16 1
-static inline __m512 fc_exp16(__m512 x) {
+/* sparse: for rows with masked (-inf) scores, the lanes at or below -110 (NaN excepted) skip the
+ * final scaling and give +0, which it gives them too (y < 2 times 2^-158 and below rounds to 0):
+ * on Intel cores each lane whose scaling underflows takes a microcode assist, and a masked score
+ * is such a lane (a 1024-key row with 691 masked keys ran at a third of its speed, AMX Xeon).
+ * The same bits either way; the plain rows keep the one instruction fewer. */
+static inline __attribute__((always_inline)) __m512 fc_exp16_any(__m512 x, const int sparse) {
     /* min/max return their second operand when either is NaN: NaN passes through */
     x = _mm512_max_ps(_mm512_set1_ps(-160.0f), x);   /* -inf and below: exp = 0 exactly */
     x = _mm512_min_ps(_mm512_set1_ps(100.0f), x);    /* +inf and above: scalef gives inf */
@@ -108,8 +113,10 @@ static inline __m512 fc_exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    if (sparse) return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-110.0f), _CMP_NLE_UQ), y, n);
     return _mm512_scalef_ps(y, n);
 }
+static inline __m512 fc_exp16(__m512 x) { return fc_exp16_any(x, 0); }
 /* blocks.pxi row_max on zmm registers, reduced in them: the Cython loop's 16 lanes went through
  * memory to a scalar reduction (a store-forwarding stall per row).  Max is exact and a NaN score
  * never enters a lane (vmaxps keeps its second operand), so the order cannot matter; as there, a
@@ -161,26 +168,31 @@ static inline __m512 fc_round_p16(__m512 e, int rp) {
     if (rp == 1) return (__m512)fc_rbf16_exact_v((fc_vec_f32)e);
     return _mm512_cvtph_ps(_mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-static inline __m512 fc_exp_acc16_rp(float* s, ptrdiff_t n, float scale, float m, int rp) {
+static inline __attribute__((always_inline)) __m512 fc_exp_acc16_t(float* s, ptrdiff_t n, float scale, float m,
+                                                                    int rp, const int sparse) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
     const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
     __m512 acc = _mm512_setzero_ps();
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16) {
-        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm));
+        __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm), sparse);
         _mm512_storeu_ps(s + j, rp ? fc_round_p16(e, rp) : e);
         acc = _mm512_add_ps(acc, e);
     }
     if (j < n) {
         __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
-        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm));
+        __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm), sparse);
         _mm512_mask_storeu_ps(s + j, k, rp ? fc_round_p16(e, rp) : e);
         acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
     return acc;
 }
+/* sparse: the row may hold masked (-inf) scores (fc_exp16_any) */
+static inline __m512 fc_exp_acc16_rp(float* s, ptrdiff_t n, float scale, float m, int rp, int sparse) {
+    return sparse ? fc_exp_acc16_t(s, n, scale, m, rp, 1) : fc_exp_acc16_t(s, n, scale, m, rp, 0);
+}
 static inline __m512 fc_exp_acc16(float* s, ptrdiff_t n, float scale, float m) {
-    return fc_exp_acc16_rp(s, n, scale, m, 0);
+    return fc_exp_acc16_rp(s, n, scale, m, 0, 0);
 }
 static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m, float lanes[16]) {
     _mm512_storeu_ps(lanes, fc_exp_acc16(s, n, scale, m));
@@ -345,10 +357,11 @@ static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, fl
 /* fc_exp_scaled_sum_f32 with round_p's weights stored rounded (rp 1: bf16, 2: f16; 0: as it),
  * the sum of the unrounded ones returned: the rounding rides the exp's own pass (AVX-512), or
  * (other levels) a pass of its own after it. */
-static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp) {
+static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp, int sparse) {
 #if FC_HAVE_EXP16
-    return fc_sum16_tree(fc_exp_acc16_rp(s, n, scale, m, rp));
+    return fc_sum16_tree(fc_exp_acc16_rp(s, n, scale, m, rp, sparse));
 #else
+    (void)sparse;   /* (fc_expf_v's scale is +0 there: no underflowing product) */
     float l = fc_exp_scaled_sum_f32(s, n, scale, m);
     if (rp) fc_round_rows_half(s, 0, 1, n, rp == 2);
     return l;
@@ -360,27 +373,33 @@ static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale,
  * float32 store's rounding does, and where it flushes a subnormal weight to zero the tiles would
  * read that weight as zero anyway: the same products. */
 #if FC_HAVE_EXP16 && defined(__AVX512BF16__)
-static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p) {
+static inline __attribute__((always_inline)) float fc_exp_bf16p_t(const float* s, ptrdiff_t n, float scale, float m,
+                                                                  uint16_t* p, const int sparse) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
     const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
     __m512 acc = _mm512_setzero_ps();
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16) {
-        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm));
+        __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm), sparse);
         _mm256_storeu_si256((__m256i*)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
         acc = _mm512_add_ps(acc, e);
     }
     if (j < n) {
         __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
-        __m512 e = fc_exp16(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm));
+        __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm), sparse);
         _mm256_mask_storeu_epi16(p + j, k, (__m256i)_mm512_cvtneps_pbh(e));
         acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
     return fc_sum16_tree(acc);
 }
+static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p,
+                                            int sparse) {
+    return sparse ? fc_exp_bf16p_t(s, n, scale, m, p, 1) : fc_exp_bf16p_t(s, n, scale, m, p, 0);
+}
 #else
-static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p) {
-    (void)s; (void)n; (void)scale; (void)m; (void)p;   /* not called: fc_pv_paired_whole is 0 here */
+static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p,
+                                            int sparse) {
+    (void)s; (void)n; (void)scale; (void)m; (void)p; (void)sparse;   /* not called: fc_pv_paired_whole is 0 here */
     return 0;
 }
 #endif

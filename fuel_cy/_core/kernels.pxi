@@ -544,11 +544,11 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 live[r] = True
             else:
                 if real_t is float and p16:   # (the weights in bf16 pairs, for the tiles)
-                    li = fc_exp_scaled_sum_bf16p(srow, nrow, scale if plain else 1, mn, P16 + r * BC)
+                    li = fc_exp_scaled_sum_bf16p(srow, nrow, scale if plain else 1, mn, P16 + r * BC, not plain)
                     memset(P16 + r * BC + nrow, 0, (nc - nrow) * sizeof(unsigned short))
                 elif real_t is float:  # vector exp and sum in C (fc_exp.h)
                     # (round_p: the weights stored rounded to T for P V, their sum unrounded)
-                    li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, rp_exp)
+                    li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, rp_exp, not plain)
                 else:
                     li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
                 l[r] = R(tag, R(tag, l[r] * alpha) + li)

@@ -303,6 +303,18 @@ def _test_expf(float[::1] x):
     return out
 
 
+def _test_exp_row(float[::1] s, float scale, float m, bint sparse):
+    """Testing hook: the flash's exp pass over one row of scores (fc_exp_scaled_sum_rp_f32):
+    (exp(scale * s - m) as stored, their sum), with the pass for rows holding masked scores
+    (sparse) or the plain one."""
+    out = _np.array(s, dtype=_np.float32, copy=True)
+    cdef float[::1] o = out
+    cdef float total = 0
+    if o.shape[0]:
+        total = fc_exp_scaled_sum_rp_f32(&o[0], o.shape[0], scale, m, 0, sparse)
+    return out, total
+
+
 def _test_expf_tv(float[::1] x):
     """Testing hook: the exp of the rounded softmax passes (fc_expf_tv, whole vectors)."""
     out = _np.empty(x.shape[0], dtype=_np.float32)
