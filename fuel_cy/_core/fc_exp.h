@@ -168,28 +168,44 @@ static inline __m512 fc_round_p16(__m512 e, int rp) {
     if (rp == 1) return (__m512)fc_rbf16_exact_v((fc_vec_f32)e);
     return _mm512_cvtph_ps(_mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+/* One vector of the exp pass's weights: stored in place in s (rounded to T for round_p: rp), or
+ * (p16, AVX512-BF16 levels) as bf16 into p16, s left as it was (fc_exp_scaled_sum_bf16p). */
+static inline __attribute__((always_inline)) void fc_exp_store16(float* s, uint16_t* p16, __m512 e, int rp,
+                                                                 __mmask16 k) {
+#if defined(__AVX512BF16__)
+    if (p16) {
+        __m256i h = (__m256i)_mm512_cvtneps_pbh(e);
+        if (k == (__mmask16)0xffff) _mm256_storeu_si256((__m256i*)p16, h);
+        else _mm256_mask_storeu_epi16(p16, k, h);
+        return;
+    }
+#endif
+    (void)p16;
+    if (k == (__mmask16)0xffff) _mm512_storeu_ps(s, rp ? fc_round_p16(e, rp) : e);
+    else _mm512_mask_storeu_ps(s, k, rp ? fc_round_p16(e, rp) : e);
+}
 static inline __attribute__((always_inline)) __m512 fc_exp_acc16_t(float* s, ptrdiff_t n, float scale, float m,
-                                                                    int rp, const int sparse) {
+                                                                    int rp, const int sparse, uint16_t* p16) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
     const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
     __m512 acc = _mm512_setzero_ps();
     ptrdiff_t j = 0;
     for (; j + 16 <= n; j += 16) {
         __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm), sparse);
-        _mm512_storeu_ps(s + j, rp ? fc_round_p16(e, rp) : e);
+        fc_exp_store16(s + j, p16 ? p16 + j : NULL, e, rp, (__mmask16)0xffff);
         acc = _mm512_add_ps(acc, e);
     }
     if (j < n) {
         __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
         __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm), sparse);
-        _mm512_mask_storeu_ps(s + j, k, rp ? fc_round_p16(e, rp) : e);
+        fc_exp_store16(s + j, p16 ? p16 + j : NULL, e, rp, k);
         acc = _mm512_mask_add_ps(acc, k, acc, e);
     }
     return acc;
 }
 /* sparse: the row may hold masked (-inf) scores (fc_exp16_any) */
 static inline __m512 fc_exp_acc16_rp(float* s, ptrdiff_t n, float scale, float m, int rp, int sparse) {
-    return sparse ? fc_exp_acc16_t(s, n, scale, m, rp, 1) : fc_exp_acc16_t(s, n, scale, m, rp, 0);
+    return sparse ? fc_exp_acc16_t(s, n, scale, m, rp, 1, NULL) : fc_exp_acc16_t(s, n, scale, m, rp, 0, NULL);
 }
 static inline __m512 fc_exp_acc16(float* s, ptrdiff_t n, float scale, float m) {
     return fc_exp_acc16_rp(s, n, scale, m, 0, 0);
@@ -373,28 +389,10 @@ static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale,
  * float32 store's rounding does, and where it flushes a subnormal weight to zero the tiles would
  * read that weight as zero anyway: the same products. */
 #if FC_HAVE_EXP16 && defined(__AVX512BF16__)
-static inline __attribute__((always_inline)) float fc_exp_bf16p_t(const float* s, ptrdiff_t n, float scale, float m,
-                                                                  uint16_t* p, const int sparse) {
-    const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m);
-    const int fused = fabsf(m) < FC_FUSED_SHIFT_MAX_F32;
-    __m512 acc = _mm512_setzero_ps();
-    ptrdiff_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_loadu_ps(s + j), vm), sparse);
-        _mm256_storeu_si256((__m256i*)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
-        acc = _mm512_add_ps(acc, e);
-    }
-    if (j < n) {
-        __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
-        __m512 e = fc_exp16_any(fc_shift16(fused, vs, _mm512_maskz_loadu_ps(k, s + j), vm), sparse);
-        _mm256_mask_storeu_epi16(p + j, k, (__m256i)_mm512_cvtneps_pbh(e));
-        acc = _mm512_mask_add_ps(acc, k, acc, e);
-    }
-    return fc_sum16_tree(acc);
-}
 static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p,
                                             int sparse) {
-    return sparse ? fc_exp_bf16p_t(s, n, scale, m, p, 1) : fc_exp_bf16p_t(s, n, scale, m, p, 0);
+    float* sw = (float*)s;   /* (not written: the weights go to p) */
+    return fc_sum16_tree(sparse ? fc_exp_acc16_t(sw, n, scale, m, 1, 1, p) : fc_exp_acc16_t(sw, n, scale, m, 1, 0, p));
 }
 #else
 static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p,
