@@ -112,7 +112,8 @@ OPENMP_PROBE = "#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel 
 
 def base_flags() -> dict:
     opt = os.environ.get("FUEL_CY_OPT", "-O3")
-    compile_args = [opt, "-fno-math-errno", "-Wno-unused-function", "-Wno-unreachable-code"]
+    compile_args = [opt, "-fno-math-errno", "-Wno-unused-function", "-Wno-unreachable-code",
+                    "-Werror=implicit-function-declaration"]
     link_args: list[str] = []
     sanitize = os.environ.get("FUEL_CY_SANITIZE") == "1"
     if sanitize:

@@ -70,6 +70,16 @@ static inline void fc_tn_f32(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptr
     fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, 0, D, Ct, ldc);
 }
 
+/* O += P V by the float32 loops for what the tiles leave: V's float32 rows (V, ldv, vrows), or
+ * (vrows16 not NULL) its bf16 rows where they are stored, widened in registers: the same sums in
+ * the same order (fc_half.h fc_pv_h16 is fc_pv_f32's loop), so the same bits, with no float32
+ * copy of V.  nrows4 % 4 == 0. */
+static inline void fc_pv_edge_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                    const float* V, ptrdiff_t ldv, float* const* vrows,
+                                    const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    if (vrows16) fc_pv_heads_h16(P, ldp, 1, nrows4, ncols, ncols, vrows16, D, O, ldo, 0);
+    else fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+}
 #if FC_HAVE_DPBF16
 /* ldtilecfg's 64-byte operand (palette 1: eight tiles of at most 16 rows x 64 bytes) */
 typedef struct {
@@ -142,30 +152,17 @@ static void NAME(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint3
  * are the float32 kernel's.  V's keys are paired for the tiles per call and column chunk, or come
  * paired already (vpairs: [FC_BC / 2][D], fc_pack.h fc_pack_v_pairs_bf16, once per kv head); the
  * same sums either way. */
-/* O += P V by the float32 loops for what the tiles leave: V's float32 rows (V, ldv, vrows), or
- * (vrows16 not NULL) its bf16 rows where they are stored, widened in registers: the same sums in
- * the same order (fc_half.h fc_pv_h16 is fc_pv_f32's loop), so the same bits, with no float32
- * copy of V.  nrows4 % 4 == 0. */
-static inline void fc_pv_edge_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,
-                                    const float* V, ptrdiff_t ldv, float* const* vrows,
-                                    const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo) {
-    if (vrows16) fc_pv_heads_h16(P, ldp, 1, nrows4, ncols, ncols, vrows16, D, O, ldo, 0);
-    else fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
-}
-/* 32 floats of P -> 16 bf16 pairs of each of its three terms (pairs: key 2k low, 2k + 1 high) */
-static inline void fc_split3_bf16(const float* p, uint32_t* t1, uint32_t* t2, uint32_t* t3) {
+/* 32 floats of P -> 16 bf16 pairs of each of its first nterms terms (pairs: key 2k low, 2k + 1
+ * high; out[t] for term t): three give P exactly, one where P holds bf16 values (round_p) */
+static inline void fc_split_bf16(const float* p, int nterms, uint32_t* const* out) {
     __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
-    uint32_t* out[3] = {t1, t2, t3};
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < nterms; t++) {
         __m512bh h = _mm512_cvtne2ps_pbh(b, a);   /* a's 16 in the low half */
         _mm512_storeu_si512(out[t], (__m512i)h);
+        if (t + 1 == nterms) break;
         a = _mm512_sub_ps(a, _mm512_cvtpbh_ps((__m256bh)_mm512_castsi512_si256((__m512i)h)));
         b = _mm512_sub_ps(b, _mm512_cvtpbh_ps((__m256bh)_mm512_extracti64x4_epi64((__m512i)h, 1)));
     }
-}
-/* 32 floats of P holding bf16 values (round_p) -> their 16 bf16 pairs: the one term */
-static inline void fc_split1_bf16(const float* p, uint32_t* t1) {
-    _mm512_storeu_si512(t1, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
 }
 /* OP (LOAD or STORE) on the float32 tiles 0-3 of a 32 x 32 block at C (rows ld floats, stride
  * bytes apart): tile 1 only with a second column tile, 2 with a second row tile, 3 with both */
@@ -195,15 +192,13 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
         tb[0] = pt;                                                                              \
         tld = ldpt;                                                                              \
         nterms = 1;                                                                              \
-    } else if (nterms == 1) {                          /* P holds bf16 values: no remainders */  \
-        for (ptrdiff_t r = 0; r < rows_t; r++)                                                   \
-            for (ptrdiff_t j = 0; j < keys_t; j += 32)                                           \
-                fc_split1_bf16(P + r * ldp + j, terms[0] + r * kp_n + j / 2);                   \
     } else {                                                                                     \
         for (ptrdiff_t r = 0; r < rows_t; r++)                                                   \
-            for (ptrdiff_t j = 0; j < keys_t; j += 32)                                           \
-                fc_split3_bf16(P + r * ldp + j, terms[0] + r * kp_n + j / 2, terms[1] + r * kp_n + j / 2, \
-                               terms[2] + r * kp_n + j / 2);                                     \
+            for (ptrdiff_t j = 0; j < keys_t; j += 32) {                                         \
+                uint32_t* out[3] = {terms[0] + r * kp_n + j / 2, terms[1] + r * kp_n + j / 2,    \
+                                    terms[2] + r * kp_n + j / 2};                                \
+                fc_split_bf16(P + r * ldp + j, nterms, out);                                     \
+            }                                                                                    \
     }                                                                                            \
     long sa = (long)(tld * 4), so = (long)(ldo * 4);                                             \
     for (ptrdiff_t c0 = 0; c0 < cols_t; c0 += FC_AMX_PV_COLS) {                                  \
@@ -269,25 +264,19 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
  * blocks (at most FC_AMX_TN_ROWS), columns d in whole 16-column tiles and keys in whole 16-key tiles
  * (in chunks of FC_AMX_TN_KEYS) go to the tiles; the rest to fc_tn_part_f32, which adds the last
  * rows to the tiles' sums and computes the other elements whole. */
-/* 16 keys of rows a and b (rows 2k and 2k + 1) -> 16 bf16 pairs of each of their three terms */
-static inline void fc_split3_pair_bf16(const float* a, const float* b, uint32_t* t1, uint32_t* t2, uint32_t* t3) {
+/* 16 keys of rows a and b (rows 2k and 2k + 1) -> 16 bf16 pairs of each of their first nterms
+ * terms (out[t] for term t) */
+static inline void fc_split_pair_bf16(const float* a, const float* b, int nterms, uint32_t* const* out) {
     __m512 x = _mm512_loadu_ps(a), y = _mm512_loadu_ps(b);
-    uint32_t* out[3] = {t1, t2, t3};
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < nterms; t++) {
         __m512 hx = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(x)), hy = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(y));
         _mm512_storeu_si512(out[t], _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(hx), 16),
                                                     _mm512_and_si512(_mm512_castps_si512(hy),
                                                                      _mm512_set1_epi32((int)0xffff0000u))));
+        if (t + 1 == nterms) break;
         x = _mm512_sub_ps(x, hx);
         y = _mm512_sub_ps(y, hy);
     }
-}
-/* ... its first term alone, where P holds bf16 values (round_p): no remainders to split off */
-static inline void fc_split1_pair_bf16(const float* a, const float* b, uint32_t* t1) {
-    __m512 hx = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(_mm512_loadu_ps(a)));
-    __m512 hy = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(_mm512_loadu_ps(b)));
-    _mm512_storeu_si512(t1, _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(hx), 16),
-                                            _mm512_and_si512(_mm512_castps_si512(hy), _mm512_set1_epi32((int)0xffff0000u))));
 }
 #define FC_DEFINE_TN_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,  \
@@ -309,12 +298,8 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
         ptrdiff_t w = keys_t - j0 < FC_AMX_TN_KEYS ? keys_t - j0 : FC_AMX_TN_KEYS;              \
         for (ptrdiff_t k = 0; k < kp; k++)                                                       \
             for (ptrdiff_t j = 0; j < w; j += 16) {                                              \
-                if (nterms == 1)                                                                 \
-                    fc_split1_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j, \
-                                        terms[0] + k * w + j);                                   \
-                else                                                                             \
-                    fc_split3_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j, \
-                                        terms[0] + k * w + j, terms[1] + k * w + j, terms[2] + k * w + j); \
+                uint32_t* out[3] = {terms[0] + k * w + j, terms[1] + k * w + j, terms[2] + k * w + j}; \
+                fc_split_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j, nterms, out); \
             }                                                                                    \
         long sw = (long)(w * 4);                                                                 \
         for (ptrdiff_t d = 0; d < d_t; d += 32) {                                                \
@@ -462,11 +447,7 @@ static inline void fc_pv_loops_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nr
                                      ptrdiff_t ldo, const uint32_t* vpairs, int nterms, const uint32_t* pt,
                                      ptrdiff_t ldpt, const uint16_t* const* vrows16) {
     (void)vpairs; (void)nterms; (void)pt; (void)ldpt;
-    if (vrows16) {   /* (not called so: the bf16 V forms are for the tiles) */
-        fc_pv_heads_h16(P, ldp, 1, nrows4, ncols, ncols, vrows16, D, O, ldo, 0);
-        return;
-    }
-    fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+    fc_pv_edge_bf16v(P, ldp, nrows4, ncols, V, ldv, vrows, vrows16, D, O, ldo);
 }
 
 /* Runs the tile form of a product (AMX or EMULATED, with ARGS) where the CPU takes it, else VEC:
