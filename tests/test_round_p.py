@@ -60,7 +60,8 @@ def test_round_p_is_the_tile_rounded_reference(tname, name, hq, hkv, s, d, causa
     rounded = ref.forward(q, k, v, scale=1 / np.sqrt(d), causal=causal, round_to=T)
     exact = ref.forward(q, k, v, scale=1 / np.sqrt(d), causal=causal)
     vmax = float(np.abs(v.astype(np.float64)).max())
-    for form in (_each_form() if T is BF16 and core()._TEST_HAVE_DPBF16 else [None]):
+    # (f16 too: on the tile forms its round_p products run on two bf16 terms per value)
+    for form in (_each_form() if core()._TEST_HAVE_DPBF16 else [None]):
         got = _kernel_call(name, q, k, v, causal, round_p=True)
         same, near = _match(got, rounded, T, vmax)
         # the kernel's exp is float32's, so a weight next to a rounding boundary of T may round

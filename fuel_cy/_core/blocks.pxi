@@ -72,6 +72,10 @@ cdef struct AttnOpts:
     # round_p (float32 compute on bf16/f16 inputs): each tile's P rounded to bf16 (1) or f16 (2)
     # before P V, after its row sums; 0: P stays float32
     int round_p
+    # (round_p 2 on the tiles, fc_f16_tiles.h) the f16 flash's products on the tiles from each
+    # value's two exact bf16 terms: Q's and K's split words (2D of them) for the scores, P's and
+    # V's for P V (V's [2 BC][D] per key tile); 0 otherwise
+    int f16s
     # query rows per backward step (at most BR_BWD): fc_uarch.h's choice for the call's products
     # (_backward); the step's scratch is carved for this many rows
     Py_ssize_t bwd_rows

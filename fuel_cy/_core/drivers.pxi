@@ -306,6 +306,7 @@ cdef AttnOpts _opts(dict params, Py_ssize_t Sq, Py_ssize_t Sk, Py_ssize_t shift=
     o.bias = NULL
     o.m_sb = o.m_sh = o.m_si = o.a_sb = o.a_sh = o.a_si = 0
     o.round_p = 0   # set by the half-type drivers (_round_p)
+    o.f16s = 0      # set by _forward
     o.bwd_rows = 0  # set by _backward
     o.q16 = NULL
     o.out16 = NULL
@@ -317,6 +318,17 @@ cdef bint _pairs16_v(int round_p) noexcept:
     vdpbf16ps), or on the tiles its pairs and, at the tiles' edges, its rows (AttnOpts.vt16), so
     V is paired straight from its storage and never widened into a copy."""
     return bool(FC_HAVE_DPBF16) and (round_p == 1 or fc_bf16_on_tiles())
+
+
+# the f16 split words on the tiles (_test_f16_split turns them off: the float32 loops)
+cdef bint _f16_split_allowed = True
+
+
+cdef bint _f16_split(int round_p) noexcept:
+    """Whether the f16 flash's products run on the tiles from each value's two exact bf16 terms
+    (fc_f16_tiles.h): round_p's f16 weights (2) where the bf16 products take the tiles.  The entry
+    also needs q, k and v finite (fc_f16_all_finite: an infinity does not split)."""
+    return _f16_split_allowed and bool(FC_HAVE_DPBF16) and round_p == 2 and fc_bf16_on_tiles()
 
 
 cdef int _round_p(dict params, int is_f16):
@@ -433,6 +445,9 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     only where V's bf16 pairs are all the P V reads (round_p on vdpbf16ps, _pairs16_v)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
+    # f16 with V in its storage under round_p on the tiles: the split words (fc_f16_tiles.h), which
+    # take the bf16 pairs' buffers and paths with 2D words for K and 2 BC rows for V per key tile
+    cdef bint f16s = is_f16 == 1 and v_h16 != NULL and not bf16_pairs and _f16_split(round_p)
     if k16 != NULL and (naive or bf16_pairs or sh.Sq != 1 or real_t is not float or rnd_t is not RoundNone):
         raise ValueError("fuel_cy core: 16-bit K and V are read in place by the float32-compute decode only")
     # a paged pool: a decode step reads its rows where they lie; more query rows (a varlen chunk)
@@ -448,9 +463,13 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
             or (k_h16 != NULL and (real_t is not float or rnd_t is not RoundNone or naive or sh.Sq == 1
                                    or k16 != NULL or k != NULL))
             or (q_h16 != NULL and (strides != NULL or q != NULL or out != NULL))
-            or (v_h16 != NULL and (k_h16 == NULL or v != NULL or not bf16_pairs or not _pairs16_v(round_p)))
+            or (v_h16 != NULL and (k_h16 == NULL or v != NULL
+                                   or not ((bf16_pairs and _pairs16_v(round_p)) or (f16s and q_h16 != NULL))))
             or (k_h16 != NULL and v_h16 == NULL and v == NULL)):
         raise ValueError("fuel_cy core: bf16 storage is read in place by the bf16-pairs flash forward only")
+    if f16s and (ktable != NULL or naive or sh.Sq == 1 or q_h16 == NULL):
+        raise ValueError("fuel_cy core: the f16 split words are the contiguous flash forward's")
+    bf16_pairs = bf16_pairs or f16s
     _layouts(&sh, strides)
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
     if nout == 0:
@@ -475,6 +494,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     if round_p and (real_t is not float or rnd_t is not RoundNone or naive):
         raise ValueError("fuel_cy core: round_p is a float32-compute flash mode")
     o.round_p = round_p
+    o.f16s = f16s
     o.q16 = q_h16
     o.out16 = out_h16
     if lse != NULL:
@@ -491,15 +511,16 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
     cdef Py_ssize_t per_head = ntiles * sh.D * BC
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
-    cdef Py_ssize_t chunk = _kv_chunk(per_head, sizeof(real_t), nkv_total)
-    cdef Py_ssize_t D2 = (sh.D + 1) // 2
+    # (f16s: K's and V's split words are 4x the float32 K^T each)
+    cdef Py_ssize_t chunk = _kv_chunk(per_head * (8 if f16s else 1), sizeof(real_t), nkv_total)
+    cdef Py_ssize_t D2 = 2 * sh.D if f16s else (sh.D + 1) // 2
     cdef Py_ssize_t ntasks, per_thread, kv0, nkv
     if naive:
         ntasks = chunk * (sh.Hq // sh.Hkv) * ceil_div(sh.Sq, BR_NAIVE)
         per_thread = 2 * BR_NAIVE * sh.D + BR_NAIVE * ntiles * BC
     else:
         ntasks = flash_tasks(&sh, chunk)
-        per_thread = flash_scratch(sh.D)
+        per_thread = flash_scratch(sh.D, False, f16s)
     cdef int nt = <int>min(nthreads, ntasks)
     # V's keys paired once per kv head where P V takes the tiles (fc_amx.h), not per query tile
     cdef bint vpairs = bf16_pairs and not naive and (fc_bf16_on_tiles() or round_p == 1)
@@ -527,7 +548,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     # one buffer: packed K (or its bf16 pairs), V's pairs, then every thread's scratch, each 64-byte aligned
     cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows or k_tiles or k16 != NULL else chunk * per_head * sizeof(real_t)
     cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs and not k_tiles else 0
-    cdef Py_ssize_t n_vpp = chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int) if vpairs else 0
+    cdef Py_ssize_t n_vpp = chunk * ntiles * ((2 * BC) if f16s else (BC // 2)) * sh.D * sizeof(unsigned int) if vpairs else 0
     buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp) + nt * per_thread * sizeof(real_t))
     cdef char* base = _aligned(buf)
     cdef real_t* ktp = <real_t*>base
@@ -542,7 +563,10 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         kv0 = 0
         while kv0 < nkv_total and not fc_stopped(&it):
             nkv = min(chunk, nkv_total - kv0)
-            if real_t is float and not k_tiles:
+            if real_t is float and f16s:
+                pack_heads_split16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt, False)
+                pack_heads_split16(v_h16, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, True)
+            elif real_t is float and not k_tiles:
                 if bf16_pairs and k_h16 != NULL:
                     pack_heads_pairs16(k_h16, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt, False, ktable, kbs)
                 elif bf16_pairs:

@@ -105,6 +105,26 @@ cdef inline object _rows_heads_view(object x, Py_ssize_t* sr, Py_ssize_t* sh):
     return x
 
 
+cdef bint _finite16(x):
+    """Whether a bf16/f16 array holds no infinity and no NaN (read as its 16-bit storage)."""
+    cdef const unsigned short[::1] flat = _np.ascontiguousarray(x).reshape(-1).view(_np.uint16)
+    cdef bint ok = True
+    if flat.shape[0] > 0:
+        with nogil:
+            ok = fc_f16_all_finite(&flat[0], flat.shape[0])
+    return ok
+
+
+cdef bint _v_in_storage(int is_f16, dict params, tuple ins):
+    """Whether the half flash (and the masked half route) hand V in its 16-bit storage to the
+    core: where P V reads bf16 pairs only (_pairs16_v), or f16's split words on the tiles
+    (_f16_split), whose q, k and v must be finite (an infinity has no two-term split; those calls
+    keep the float32 loops)."""
+    if is_f16 == 0:
+        return _pairs16_v(_round_p(params, 0))
+    return _f16_split(_round_p(params, 1)) and all(_finite16(x) for x in ins[:3])
+
+
 cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple dims, dict params, int nthreads):
     """`call` under one policy: (tag, real_t) is the policy, `w` only selects real_t."""
     cdef Py_ssize_t strides[12]   # the masked drivers' q, k, v and out strides; varlen's row and head strides
@@ -129,7 +149,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     # and rounds its output into the T array: no widened copies written and read again per call
     cdef bint pairs16 = (halfdrv and driver == _DRV_FLASH_HALF and not decode16 and real_t is float
                          and rnd_t is RoundNone)
-    cdef bint vpairs16 = pairs16 and is_f16 == 0 and _pairs16_v(_round_p(params, 0))
+    cdef bint vpairs16 = pairs16 and _v_in_storage(is_f16, params, ins)
     if pairs16:
         q, k, v, s = ins
         h = _half_typenum(code)
@@ -283,7 +303,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
             # as they are
             h = _half_typenum(code)
             q, k = _np.ascontiguousarray(q), _np.ascontiguousarray(k)
-            vin16 = is_f16 == 0 and _pairs16_v(_round_p(params, 0))
+            vin16 = _v_in_storage(is_f16, params, ins)
             v = _np.ascontiguousarray(v) if vin16 else v
             v_a = None if vin16 else _win(v, npwork, code, narrow, nthreads, "v")
             res = _empty_as(q, h)

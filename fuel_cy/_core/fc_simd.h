@@ -7,6 +7,7 @@
  *               vdpbf16ps
  *   fc_gemm_f16.h  the f16 math-in-T GEMMs: F16C conversions or binary16 arithmetic (AVX512-FP16)
  *   fc_amx.h    the bf16 scores of the float32-compute kernels: vdpbf16ps or AMX-BF16 tiles
+ *   fc_f16_tiles.h  f16 on those tiles: each value as two exact bf16 terms (round_p)
  *   fc_half.h   bf16/f16 <-> float32: widen/narrow, the half-pool readers, the vector roundings
  *   fc_pack.h   K^T tile packing (register transposes) and bf16 pairs
  *   fc_exp.h    softmax row passes: row max, 16-lane dots, the vectorized exps and their sums
@@ -24,6 +25,7 @@
 #include "fc_gemm.h"
 #include "fc_gemm_f16.h"
 #include "fc_amx.h"
+#include "fc_f16_tiles.h"
 #include "fc_pack.h"
 #include "fc_decode16.h"
 #include "fc_exp.h"

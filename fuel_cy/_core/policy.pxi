@@ -113,6 +113,16 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pack_kt_h16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, float* out, int is_f16)
     void fc_pack_k_pairs_b16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
     void fc_pack_v_pairs_b16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+    # fc_f16_tiles.h: f16 as two exact bf16 terms, for the tiles (round_p)
+    void fc_split_q_f16(const unsigned short* x, Py_ssize_t D, unsigned int* out)
+    void fc_pack_k_split_f16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+    void fc_pack_v_split_f16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+    void fc_split_p_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols, unsigned int* out,
+                        Py_ssize_t ldo)
+    void fc_pv_f16s(const float* P, Py_ssize_t ldp, const unsigned int* Pw, Py_ssize_t ldpw, Py_ssize_t nrows4,
+                    Py_ssize_t ncols, const unsigned int* Vs, const unsigned short** vrows16, Py_ssize_t D,
+                    float* O, Py_ssize_t ldo)
+    bint fc_f16_all_finite(const unsigned short* x, Py_ssize_t n)
 
     # fc_exp.h: softmax row passes
     bint FC_ROWRED_IN_C

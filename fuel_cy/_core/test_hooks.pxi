@@ -268,6 +268,26 @@ def _test_amx_emulation_dps():
     return n
 
 
+def _test_f16_split(on=None):
+    """Testing hook: whether the f16 flash with round_p runs on the tiles from each value's two bf16
+    terms where the bf16 products take the tiles (drivers.pxi _f16_split; off: the float32 loops,
+    as attention_varlen's f16 runs); with an argument, set it first."""
+    global _f16_split_allowed
+    if on is not None:
+        _f16_split_allowed = bool(on)
+    return _f16_split_allowed
+
+
+def _test_f16_split_q(const unsigned short[::1] x):
+    """Testing hook: fc_f16_tiles.h fc_split_q_f16 on the f16 values x (bits): their 2n split words
+    (hi | lo << 16), the n words twice, as the f16 scores on the tiles take Q's rows."""
+    out = _np.zeros(2 * x.shape[0], _np.uint32)
+    cdef unsigned int[::1] o = out
+    if x.shape[0]:
+        fc_split_q_f16(&x[0], x.shape[0], &o[0])
+    return out
+
+
 # whether bf16 flash scores under float32 compute come from vdpbf16ps (fc_qk_dpbf16)
 _TEST_HAVE_DPBF16 = bool(FC_HAVE_DPBF16)
 

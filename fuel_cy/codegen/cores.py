@@ -169,6 +169,6 @@ INT_WORK: Mapping[str, tuple[str, str]] = {
     code: (d.work_ctype, d.work_numpy) for code, d in DTYPES.items() if not d.is_float}
 
 CORE_SOURCES = ("fc_math.h", "fc_simd.h", "fc_isa.h", "fc_uarch.h", "fc_cpuid.h", "fc_gemm.h", "fc_gemm_f16.h",
-                "fc_amx.h", "fc_half.h", "fc_pack.h", "fc_decode16.h", "fc_exp.h",
+                "fc_amx.h", "fc_f16_tiles.h", "fc_half.h", "fc_pack.h", "fc_decode16.h", "fc_exp.h",
                 "fc_testhooks.h", "fc_interrupt.h", "fastcheck.pxi", "policy.pxi", "blocks.pxi", "kernels.pxi",
                 "drivers_api.pxi", "drivers.pxi", "entries.pxi", "peak.pxi", "test_hooks.pxi", "fc_peak.h")

@@ -1,0 +1,257 @@
+/* f16 products on the AMX-BF16 tiles: the mixed f16 flash with round_p where the CPU has AMX-BF16
+ * (and no f16 tile instruction), the one route to the tiles' rate for f16.
+ *
+ * An f16 value x is two bf16 terms, hi = bf16(x) (nearest even) and lo = bf16(x - hi), and
+ * x = hi + lo exactly: x is m 2^e with m an integer below 2^11 (subnormals too, e = -24), hi keeps
+ * 8 significant bits and is a multiple of 2^(e+3), so x - hi is a multiple of 2^e of magnitude at
+ * most 2^(e+2): at most 3 significant bits, exact in float32 and in bf16, and a normal bf16 (at
+ * least 2^-24), which the tiles do not read as zero.  So x y = hi_x hi_y + hi_x lo_y + lo_x hi_y +
+ * lo_x lo_y, four exact products, and a float32 sum of them is a float32 sum of exact products, as
+ * the mixed contract asks of the f16 kernels.  The four run as two tdpbf16ps per block, each
+ * instruction's pair of products being (hi_x, lo_x) . (t_y, t_y) for t = hi, lo:
+ *
+ *   scores  Q's words (hi | lo << 16) per element, the row written twice (2D words: fc_split_q_f16);
+ *           K's words (hi | hi << 16) for d < D and (lo | lo << 16) for D <= d < 2D, [2D][FC_BC]
+ *           (fc_pack_k_split_f16): fc_qk_dpbf16's operands with D2 = 2D, its tiles and edges as
+ *           they are.
+ *   P V     P's words (hi | lo << 16) per weight [row][key] (fc_split_p_f16: round_p's weights,
+ *           f16 values); V's words (hi | hi << 16) for keys j in rows j and (lo | lo << 16) in rows
+ *           FC_BC + j, [2 FC_BC][D] (fc_pack_v_split_f16): per 16 keys one P tile against V's two
+ *           (fc_pv_f16s).
+ *
+ * Infinities and NaNs are not split (inf - inf is NaN): inputs holding one never come here
+ * (fc_f16_all_finite, checked by the entry).  Products of f16 values are multiples of 2^-48, so
+ * no partial sum is a float32 subnormal, which the tiles would flush.  Hand-written; included
+ * (through fc_simd.h) by every CPU level's core module; the tile loops exist at the AVX512-BF16
+ * level only, the packers everywhere (scalar below it). */
+#ifndef FUEL_CY_FC_F16_TILES_H
+#define FUEL_CY_FC_F16_TILES_H
+#include "fc_isa.h"
+#include "fc_math.h"
+#include "fc_half.h"     /* fc_pv_heads_h16 */
+#include "fc_amx.h"      /* the tile instructions, FC_BY_SCORES_FORM, fc_amx_config */
+
+/* one f16 value (bits h) -> the word (hi | lo << 16) of its two bf16 terms */
+static inline uint32_t fc_f16_split_word(uint16_t h) {
+    float x = fc_f16_bits_to_f32(h);
+    uint16_t hi = fc_f32_to_bf16_bits(x);
+    return hi | (uint32_t)fc_f32_to_bf16_bits(x - fc_bf16_bits_to_f32(hi)) << 16;
+}
+/* a term t (0: hi, 1: lo) of the word w as (t | t << 16) */
+static inline uint32_t fc_split_term_dup(uint32_t w, int t) {
+    uint32_t h = t ? w >> 16 : w & 0xffffu;
+    return h | h << 16;
+}
+
+#if FC_HAVE_DPBF16
+/* 16 f16 values -> their 16 split words */
+static inline __m512i fc_f16_split_words16(__m256i h) {
+    __m512 x = _mm512_cvtph_ps(h);
+    __m256bh hi = _mm512_cvtneps_pbh(x);
+    __m256bh lo = _mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(hi)));
+    return _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)hi), _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)lo), 16));
+}
+/* 16 split words -> (t | t << 16) of term t */
+static inline __m512i fc_split_dup16(__m512i w, int t) {
+    __m512i h = t ? _mm512_srli_epi32(w, 16) : _mm512_and_si512(w, _mm512_set1_epi32(0xffff));
+    return _mm512_or_si512(h, _mm512_slli_epi32(h, 16));
+}
+#endif
+
+/* one row of D f16 values -> Q's 2D words (the D split words, twice) */
+static inline void fc_split_q_f16(const uint16_t* x, ptrdiff_t D, uint32_t* out) {
+    ptrdiff_t d = 0;
+#if FC_HAVE_DPBF16
+    for (; d + 16 <= D; d += 16) {
+        __m512i w = fc_f16_split_words16(_mm256_loadu_si256((const __m256i*)(const void*)(x + d)));
+        _mm512_storeu_si512(out + d, w);
+        _mm512_storeu_si512(out + D + d, w);
+    }
+#endif
+    for (; d < D; d++) out[d] = out[D + d] = fc_f16_split_word(x[d]);
+}
+
+/* K rows (n <= FC_BC keys of D f16 values) -> [2D][FC_BC]: row d (< D) key j holds K[j][d]'s hi
+ * term twice, row D + d its lo term twice; keys n.. zero. */
+static inline void fc_pack_k_split_f16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    ptrdiff_t j0 = 0, d0 = 0;
+#if FC_HAVE_DPBF16
+    for (; j0 + 16 <= n; j0 += 16)   /* 16 keys x 16 elements at a time, transposed in registers */
+        for (d0 = 0; d0 + 16 <= D; d0 += 16) {
+            __m512 w[16];
+            for (int j = 0; j < 16; j++)
+                w[j] = _mm512_castsi512_ps(fc_f16_split_words16(
+                    _mm256_loadu_si256((const __m256i*)(const void*)(rows[j0 + j] + d0))));
+            fc_transpose_block(w);
+            for (int d = 0; d < 16; d++) {
+                __m512i c = _mm512_castps_si512(w[d]);
+                _mm512_storeu_si512(out + (d0 + d) * FC_BC + j0, fc_split_dup16(c, 0));
+                _mm512_storeu_si512(out + (D + d0 + d) * FC_BC + j0, fc_split_dup16(c, 1));
+            }
+        }
+    /* what the blocks left: the last D % 16 elements of their keys */
+    for (ptrdiff_t j = 0; j < j0; j++)
+        for (ptrdiff_t d = D / 16 * 16; d < D; d++) {
+            uint32_t w = fc_f16_split_word(rows[j][d]);
+            out[d * FC_BC + j] = fc_split_term_dup(w, 0);
+            out[(D + d) * FC_BC + j] = fc_split_term_dup(w, 1);
+        }
+#endif
+    (void)d0;
+    for (ptrdiff_t j = j0; j < n; j++)
+        for (ptrdiff_t d = 0; d < D; d++) {
+            uint32_t w = fc_f16_split_word(rows[j][d]);
+            out[d * FC_BC + j] = fc_split_term_dup(w, 0);
+            out[(D + d) * FC_BC + j] = fc_split_term_dup(w, 1);
+        }
+    for (ptrdiff_t d = 0; d < 2 * D; d++)
+        for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
+}
+
+/* V rows (n <= FC_BC keys of D f16 values) -> [2 FC_BC][D]: row j (key j) holds its hi terms
+ * twice, row FC_BC + j its lo terms twice; keys n.. zero. */
+static inline void fc_pack_v_split_f16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    for (ptrdiff_t j = 0; j < FC_BC; j++) {
+        uint32_t* hi = out + j * D;
+        uint32_t* lo = out + (FC_BC + j) * D;
+        if (j >= n) {
+            memset(hi, 0, (size_t)D * 4);
+            memset(lo, 0, (size_t)D * 4);
+            continue;
+        }
+        ptrdiff_t d = 0;
+#if FC_HAVE_DPBF16
+        for (; d + 16 <= D; d += 16) {
+            __m512i w = fc_f16_split_words16(_mm256_loadu_si256((const __m256i*)(const void*)(rows[j] + d)));
+            _mm512_storeu_si512(hi + d, fc_split_dup16(w, 0));
+            _mm512_storeu_si512(lo + d, fc_split_dup16(w, 1));
+        }
+#endif
+        for (; d < D; d++) {
+            uint32_t w = fc_f16_split_word(rows[j][d]);
+            hi[d] = fc_split_term_dup(w, 0);
+            lo[d] = fc_split_term_dup(w, 1);
+        }
+    }
+}
+
+/* P rows [nrows][ldp] of f16-valued floats (round_p's weights) -> their split words, out[r * ldo +
+ * j] for j < ncols rounded up to 16, the keys past ncols zero */
+static inline void fc_split_p_f16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, uint32_t* out,
+                                  ptrdiff_t ldo) {
+    ptrdiff_t nc16 = (ncols + 15) / 16 * 16;
+    for (ptrdiff_t r = 0; r < nrows; r++) {
+        const float* p = P + r * ldp;
+        uint32_t* o = out + r * ldo;
+        ptrdiff_t j = 0;
+#if FC_HAVE_DPBF16
+        for (; j + 16 <= ncols; j += 16) {
+            __m512 x = _mm512_loadu_ps(p + j);
+            __m256bh hi = _mm512_cvtneps_pbh(x);
+            __m256bh lo = _mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(hi)));
+            _mm512_storeu_si512(o + j, _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)hi),
+                                                       _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)lo), 16)));
+        }
+#endif
+        for (; j < ncols; j++) {
+            uint16_t hi = fc_f32_to_bf16_bits(p[j]);
+            o[j] = hi | (uint32_t)fc_f32_to_bf16_bits(p[j] - fc_bf16_bits_to_f32(hi)) << 16;
+        }
+        for (; j < nc16; j++) o[j] = 0;
+    }
+}
+
+/* Whether n f16 values (bits) are all finite: the split's precondition */
+static inline int fc_f16_all_finite(const uint16_t* x, ptrdiff_t n) {
+    ptrdiff_t i = 0;
+    int bad = 0;
+#if defined(__AVX512BW__)
+    const __m512i e = _mm512_set1_epi16(0x7c00);
+    __mmask32 any = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i v = _mm512_and_si512(_mm512_loadu_si512(x + i), e);
+        any |= _mm512_cmpeq_epi16_mask(v, e);
+    }
+    bad = any != 0;
+#endif
+    for (; i < n; i++) bad |= (x[i] & 0x7c00) == 0x7c00;
+    return !bad;
+}
+
+/* O += P V on the tiles from the split words: Pw (fc_split_p_f16's, rows ldpw words apart, keys up
+ * to ncols rounded to 16 written) and Vs (fc_pack_v_split_f16's, this key tile's).  Per block of 16
+ * keys, one tile of P's words against V's hi tile, then against its lo tile.  Rows in whole 16-row
+ * tiles and columns in whole 16-column tiles go to the tiles; the rest to the float32 loops on P's
+ * float32 rows and V's f16 rows (vrows16), the float32 kernel's sums. */
+static inline void fc_pv_f16s_loops(const float* P, ptrdiff_t ldp, ptrdiff_t r0, ptrdiff_t nrows4, ptrdiff_t ncols,
+                                    const uint16_t* const* vrows16, ptrdiff_t c0, ptrdiff_t D, float* O,
+                                    ptrdiff_t ldo) {
+    const uint16_t* vr[FC_BC];
+    if (r0 >= nrows4 || c0 >= D) return;
+    for (ptrdiff_t j = 0; j < ncols; j++) vr[j] = vrows16[j] + c0;
+    fc_pv_heads_h16(P + r0 * ldp, ldp, 1, nrows4 - r0, ncols, ncols, vr, D - c0, O + r0 * ldo + c0, ldo, 1);
+}
+#if FC_HAVE_DPBF16
+#define FC_DEFINE_PV_F16S_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                         \
+static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t nrows4, \
+                 ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16, ptrdiff_t D, \
+                 float* O, ptrdiff_t ldo) {                                                      \
+    ptrdiff_t rows_t = nrows4 / 16 * 16, cols_t = D / 16 * 16, keys = (ncols + 15) / 16 * 16;   \
+    if (!rows_t || !cols_t || !ncols) {                                                          \
+        fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, 0, D, O, ldo);                       \
+        return;                                                                                  \
+    }                                                                                            \
+    long sa = (long)(ldpw * 4), sv = (long)(D * 4), so = (long)(ldo * 4);                        \
+    CFG(&fc_amx_config);                                                                         \
+    for (ptrdiff_t i = 0; i < rows_t; i += 32) {                                                 \
+        int two = i + 32 <= rows_t;                                                              \
+        for (ptrdiff_t d = 0; d < cols_t; d += 32) {                                             \
+            int twoc = d + 32 <= cols_t;                                                         \
+            float* o = O + i * ldo + d;                                                          \
+            FC_AMX_C_BLOCK(LOAD, o, ldo, so, two, twoc);                                         \
+            for (ptrdiff_t k = 0; k < keys; k += 16) {                                           \
+                LOAD(4, Pw + i * ldpw + k, sa);                                                  \
+                if (two) LOAD(5, Pw + (i + 16) * ldpw + k, sa);                                  \
+                for (int t = 0; t < 2; t++) {                                                    \
+                    const uint32_t* vb = Vs + (t * FC_BC + k) * D + d;                           \
+                    LOAD(6, vb, sv);                                                             \
+                    if (twoc) LOAD(7, vb + 16, sv);                                              \
+                    DP(0, 4, 6);                                                                 \
+                    if (twoc) DP(1, 4, 7);                                                       \
+                    if (two) {                                                                   \
+                        DP(2, 5, 6);                                                             \
+                        if (twoc) DP(3, 5, 7);                                                   \
+                    }                                                                            \
+                }                                                                                \
+            }                                                                                    \
+            FC_AMX_C_BLOCK(STORE, o, ldo, so, two, twoc);                                        \
+        }                                                                                        \
+    }                                                                                            \
+    RELEASE();                                                                                   \
+    fc_pv_f16s_loops(P, ldp, 0, rows_t, ncols, vrows16, cols_t, D, O, ldo);                      \
+    fc_pv_f16s_loops(P, ldp, rows_t, nrows4, ncols, vrows16, 0, D, O, ldo);                      \
+}
+FC_DEFINE_PV_F16S_AMX(fc_pv_f16s_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
+                      FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
+#if FC_HAVE_AMX
+FC_DEFINE_PV_F16S_AMX(fc_pv_f16s_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
+#endif
+#endif   /* FC_HAVE_DPBF16 */
+
+/* the float32 loops with fc_pv_f16s_amx's arguments (never called where the split runs: it runs
+ * only where the bf16 products take the tiles) */
+static inline void fc_pv_f16s_vec(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw,
+                                  ptrdiff_t nrows4, ptrdiff_t ncols, const uint32_t* Vs,
+                                  const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+    (void)Pw; (void)ldpw; (void)Vs;
+    fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, 0, D, O, ldo);
+}
+/* O += P V of the mixed f16 flash with round_p on the tiles (fc_bf16_on_tiles), in the tile form
+ * this CPU takes. */
+static inline void fc_pv_f16s(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t nrows4,
+                              ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16, ptrdiff_t D,
+                              float* O, ptrdiff_t ldo) {
+    FC_BY_SCORES_FORM(fc_pv_f16s_amx, fc_pv_f16s_amx_emulated, fc_pv_f16s_vec,
+                      (P, ldp, Pw, ldpw, nrows4, ncols, Vs, vrows16, D, O, ldo));
+}
+#endif

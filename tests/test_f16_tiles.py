@@ -1,0 +1,119 @@
+"""f16 on the AMX-BF16 tiles (fuel_cy/_core/fc_f16_tiles.h): with round_p, the mixed f16 flash
+splits every f16 value into two bf16 terms, hi = bf16(x) and lo = bf16(x - hi), which the mixed
+contract states are exact, and runs its products on the tiles; inputs holding an infinity or a NaN
+(which have no such split) keep the float32 loops.  The split is checked on every f16 value, the
+route by the emulated tile form's instruction count, which runs on every AVX512-BF16 CPU."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_cy
+import reference_impl as ref
+from inputs import attention_inputs
+from measures import bits
+from test_bf16_scores import _each_form
+
+from fuel_cy.runtime.cpu import core
+
+
+def _terms(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    hi = (words & 0xFFFF).astype(np.uint16)
+    lo = (words >> 16).astype(np.uint16)
+    return hi, lo
+
+
+def _bf16(b: np.ndarray) -> np.ndarray:
+    return b.view(ml_dtypes.bfloat16).astype(np.float64)
+
+
+@pytest.mark.parametrize("n", [65536, 37])
+def test_every_finite_f16_splits_exactly_into_two_bf16_terms(n):
+    """hi is x rounded to bf16 (nearest even), lo = x - hi exactly, and lo is zero or a normal bf16
+    (the tiles read subnormal bf16 as zero); Q's row holds the words twice."""
+    x = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    x = x[(x & 0x7C00) != 0x7C00][:n]
+    words = core()._test_f16_split_q(x)
+    assert words.shape == (2 * x.size,)
+    assert np.array_equal(words[: x.size], words[x.size:])
+    hi, lo = _terms(words[: x.size])
+    xv = x.view(np.float16).astype(np.float64)
+    assert np.array_equal(_bf16(hi), x.view(np.float16).astype(ml_dtypes.bfloat16).astype(np.float64))
+    assert np.array_equal(_bf16(hi) + _bf16(lo), xv)
+    assert np.all(((lo & 0x7F80) != 0) | ((lo & 0x7FFF) == 0))
+
+
+def _emulated_dps(fn):
+    """fn() on the emulated tile form, and how many tdpbf16ps it ran."""
+    c = core()
+    chosen = c._test_bf16_score_form()
+    try:
+        c._test_bf16_score_form("amx-emulated")
+        c._test_amx_emulation_dps()
+        out = fn()
+        assert c._test_amx_emulation_faults() == 0
+        return out, c._test_amx_emulation_dps()
+    finally:
+        c._test_bf16_score_form(chosen)
+
+
+needs_tiles = pytest.mark.skipif(not core()._TEST_HAVE_DPBF16,
+                                 reason="this CPU level has no bf16 tile form (the f16 flash takes the float32 loops)")
+
+
+@needs_tiles
+@pytest.mark.parametrize("name", ["attention_flash_mixed", "attention_masked"])
+def test_the_f16_flash_with_round_p_runs_on_the_tiles(name):
+    q, k, v, _ = attention_inputs(1, 2, 1, 150, 150, 40, np.float16, False, seed=11)
+    call = (lambda rp: fuel_cy.attention_flash_mixed(q, k, v, causal=True, round_p=rp)) if name == "attention_flash_mixed" \
+        else (lambda rp: fuel_cy.attention_masked(q, k, v, None, None, causal=True, round_p=rp))
+    got, dps = _emulated_dps(lambda: call(True))
+    assert dps > 0
+    # the exact-P mode keeps the float32 loops: P's float32 weights have no two-term split
+    _, dps_exact = _emulated_dps(lambda: call(False))
+    assert dps_exact == 0
+    want = ref.forward(q, k, v, scale=1 / np.sqrt(40), causal=True, round_to=np.float16)
+    assert np.max(np.abs(got.astype(np.float64) - want)) <= 2.0 ** -9
+
+
+@needs_tiles
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan], ids=["inf", "-inf", "nan"])
+def test_f16_inputs_holding_an_infinity_or_a_nan_keep_the_float32_loops(where, value):
+    """inf - inf is NaN, so such an input has no two-term split: the call takes the float32 loops,
+    whose bits the vdpbf16ps form's (the same loops for f16) give, and an infinity in V reaches
+    the output as the float64 reference's does."""
+    q, k, v, _ = attention_inputs(1, 2, 2, 70, 70, 32, np.float16, False, seed=12)
+    arrays = {"q": q.copy(), "k": k.copy(), "v": v.copy()}
+    arrays[where][0, 1, 5, 3] = value
+    call = lambda: fuel_cy.attention_flash_mixed(arrays["q"], arrays["k"], arrays["v"], round_p=True)
+    got, dps = _emulated_dps(call)
+    assert dps == 0
+    c = core()
+    chosen = c._test_bf16_score_form()
+    try:
+        c._test_bf16_score_form("vdpbf16ps")
+        loops = call()
+    finally:
+        c._test_bf16_score_form(chosen)
+    assert bits(got) == bits(loops)
+    if where == "v" and value == np.inf:
+        assert np.all(np.isposinf(got[0, 1, :, 3].astype(np.float64)))
+        assert np.all(np.isfinite(np.delete(got[0, 1], 3, axis=-1).astype(np.float64)))
+
+
+@needs_tiles
+def test_f16_tile_bits_do_not_depend_on_threads():
+    q, k, v, _ = attention_inputs(2, 4, 2, 260, 260, 72, np.float16, False, seed=13)
+    for form in _each_form():
+        if form == "vdpbf16ps":
+            continue
+        try:
+            fuel_cy.set_num_threads(1)
+            one = bits(fuel_cy.attention_flash_mixed(q, k, v, causal=True, round_p=True))
+            fuel_cy.set_num_threads(2)
+            two = bits(fuel_cy.attention_flash_mixed(q, k, v, causal=True, round_p=True))
+        finally:
+            fuel_cy.set_num_threads(0)
+        assert one == two, form
