@@ -62,12 +62,23 @@ needs_tiles = pytest.mark.skipif(not core()._TEST_HAVE_DPBF16,
                                  reason="this CPU level has no bf16 tile form (the f16 flash takes the float32 loops)")
 
 
+def _f16_call(name, q, k, v):
+    """round_p -> the kernel's [1, H, S, D] output, causal (one square sequence for varlen, whose
+    bottom-right alignment is then top-left)."""
+    if name == "attention_flash_mixed":
+        return lambda rp: fuel_cy.attention_flash_mixed(q, k, v, causal=True, round_p=rp)
+    if name == "attention_masked":
+        return lambda rp: fuel_cy.attention_masked(q, k, v, None, None, causal=True, round_p=rp)
+    qp, kp, vp = (np.ascontiguousarray(x[0].transpose(1, 0, 2)) for x in (q, k, v))
+    cu = np.array([0, q.shape[2]], np.int32)
+    return lambda rp: fuel_cy.attention_varlen(qp, kp, vp, cu, cu, causal=True, round_p=rp).transpose(1, 0, 2)[None]
+
+
 @needs_tiles
-@pytest.mark.parametrize("name", ["attention_flash_mixed", "attention_masked"])
+@pytest.mark.parametrize("name", ["attention_flash_mixed", "attention_masked", "attention_varlen"])
 def test_the_f16_flash_with_round_p_runs_on_the_tiles(name):
     q, k, v, _ = attention_inputs(1, 2, 1, 150, 150, 40, np.float16, False, seed=11)
-    call = (lambda rp: fuel_cy.attention_flash_mixed(q, k, v, causal=True, round_p=rp)) if name == "attention_flash_mixed" \
-        else (lambda rp: fuel_cy.attention_masked(q, k, v, None, None, causal=True, round_p=rp))
+    call = _f16_call(name, q, k, v)
     got, dps = _emulated_dps(lambda: call(True))
     assert dps > 0
     # the exact-P mode keeps the float32 loops: P's float32 weights have no two-term split
@@ -78,16 +89,17 @@ def test_the_f16_flash_with_round_p_runs_on_the_tiles(name):
 
 
 @needs_tiles
+@pytest.mark.parametrize("name", ["attention_flash_mixed", "attention_varlen"])
 @pytest.mark.parametrize("where", ["q", "k", "v"])
 @pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan], ids=["inf", "-inf", "nan"])
-def test_f16_inputs_holding_an_infinity_or_a_nan_keep_the_float32_loops(where, value):
+def test_f16_inputs_holding_an_infinity_or_a_nan_keep_the_float32_loops(name, where, value):
     """inf - inf is NaN, so such an input has no two-term split: the call takes the float32 loops,
     whose bits the vdpbf16ps form's (the same loops for f16) give, and an infinity in V reaches
     the output as the float64 reference's does."""
     q, k, v, _ = attention_inputs(1, 2, 2, 70, 70, 32, np.float16, False, seed=12)
     arrays = {"q": q.copy(), "k": k.copy(), "v": v.copy()}
     arrays[where][0, 1, 5, 3] = value
-    call = lambda: fuel_cy.attention_flash_mixed(arrays["q"], arrays["k"], arrays["v"], round_p=True)
+    call = lambda: _f16_call(name, arrays["q"], arrays["k"], arrays["v"])(True)
     got, dps = _emulated_dps(call)
     assert dps == 0
     c = core()
@@ -99,21 +111,51 @@ def test_f16_inputs_holding_an_infinity_or_a_nan_keep_the_float32_loops(where, v
         c._test_bf16_score_form(chosen)
     assert bits(got) == bits(loops)
     if where == "v" and value == np.inf:
-        assert np.all(np.isposinf(got[0, 1, :, 3].astype(np.float64)))
+        # causal: the rows from key 5 on attend it (the rows before it multiply it by a weight of
+        # 0 in a shared tile, NaN, as the contract states); the other columns never see it
+        assert np.all(np.isposinf(got[0, 1, 5:, 3].astype(np.float64)))
         assert np.all(np.isfinite(np.delete(got[0, 1], 3, axis=-1).astype(np.float64)))
 
 
 @needs_tiles
-def test_f16_tile_bits_do_not_depend_on_threads():
-    q, k, v, _ = attention_inputs(2, 4, 2, 260, 260, 72, np.float16, False, seed=13)
+@pytest.mark.parametrize("name", ["attention_flash_mixed", "attention_varlen"])
+def test_f16_tile_bits_do_not_depend_on_threads(name):
+    q, k, v, _ = attention_inputs(1, 4, 2, 260, 260, 72, np.float16, False, seed=13)
+    call = _f16_call(name, q, k, v)
     for form in _each_form():
         if form == "vdpbf16ps":
             continue
         try:
             fuel_cy.set_num_threads(1)
-            one = bits(fuel_cy.attention_flash_mixed(q, k, v, causal=True, round_p=True))
+            one = bits(call(True))
             fuel_cy.set_num_threads(2)
-            two = bits(fuel_cy.attention_flash_mixed(q, k, v, causal=True, round_p=True))
+            two = bits(call(True))
         finally:
             fuel_cy.set_num_threads(0)
         assert one == two, form
+
+
+@needs_tiles
+def test_a_nan_in_one_varlen_sequence_leaves_the_others_on_the_tiles():
+    """attention_varlen checks each sequence's keys and values as it gathers them: the sequence
+    holding the NaN gets the float32 loops' bits, the other the tiles' bits it gets without it."""
+    rng = np.random.default_rng(14)
+    cu = np.array([0, 100, 220], np.int32)
+    q, k, v = (rng.standard_normal((220, 2, 32)).astype(np.float16) for _ in range(3))
+    bad = k.copy()
+    bad[7, 0, 3] = np.nan
+    call = lambda kk: fuel_cy.attention_varlen(q, kk, v, cu, cu, causal=True)
+    got, dps = _emulated_dps(lambda: call(bad))
+    assert dps > 0
+    clean, _ = _emulated_dps(lambda: call(k))
+    c = core()
+    try:
+        c._test_f16_split(False)
+        loops, loop_dps = _emulated_dps(lambda: call(bad))
+        loops_clean, _ = _emulated_dps(lambda: call(k))
+    finally:
+        c._test_f16_split(True)
+    assert loop_dps == 0
+    assert bits(got[:100]) == bits(loops[:100])
+    assert bits(got[100:]) == bits(clean[100:])
+    assert bits(clean[100:]) != bits(loops_clean[100:])   # (so the tiles' bits are not the loops')

@@ -168,20 +168,14 @@ def test_peers_head_dims(d):
 def test_one_square_causal_sequence_is_attention_flash(dtype):
     """lq = lk: bottom-right and top-left are one mask, and the rows run attention_flash's loops,
     so the bits are attention_flash's (mixed for bf16/f16, in the same P V mode) on the [1, H, S, D]
-    view.  (f16 with round_p: attention_varlen keeps the float32 loops, which attention_flash_mixed
-    takes too with its split words on the tiles turned off, as the model contract says.)"""
+    view."""
     q, k, v, cu_q, cu_k = packed([300], [300], 8, 2, 64, dtype, seed=3)
     as4 = [np.ascontiguousarray(x.transpose(1, 0, 2)[None]) for x in (q, k, v)]
     if dtype in (np.float32, np.float64):
         pairs = [(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True), fuel_cy.attention_flash(*as4, causal=True))]
     else:
-        split = core()._test_f16_split()
-        try:
-            core()._test_f16_split(False)
-            pairs = [(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True, round_p=rp),
-                      fuel_cy.attention_flash_mixed(*as4, causal=True, round_p=rp)) for rp in (True, False)]
-        finally:
-            core()._test_f16_split(split)
+        pairs = [(fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True, round_p=rp),
+                  fuel_cy.attention_flash_mixed(*as4, causal=True, round_p=rp)) for rp in (True, False)]
     for out, expected in pairs:
         assert bits(out) == bits(np.ascontiguousarray(expected[0].transpose(1, 0, 2)))
 

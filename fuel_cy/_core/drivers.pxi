@@ -464,11 +464,11 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
                                    or k16 != NULL or k != NULL))
             or (q_h16 != NULL and (strides != NULL or q != NULL or out != NULL))
             or (v_h16 != NULL and (k_h16 == NULL or v != NULL
-                                   or not ((bf16_pairs and _pairs16_v(round_p)) or (f16s and q_h16 != NULL))))
+                                   or not ((bf16_pairs and _pairs16_v(round_p)) or f16s)))
             or (k_h16 != NULL and v_h16 == NULL and v == NULL)):
         raise ValueError("fuel_cy core: bf16 storage is read in place by the bf16-pairs flash forward only")
-    if f16s and (ktable != NULL or naive or sh.Sq == 1 or q_h16 == NULL):
-        raise ValueError("fuel_cy core: the f16 split words are the contiguous flash forward's")
+    if f16s and (ktable != NULL or naive or sh.Sq == 1):
+        raise ValueError("fuel_cy core: the f16 split words are the flash forward's with more than one query row")
     bf16_pairs = bf16_pairs or f16s
     _layouts(&sh, strides)
     cdef Py_ssize_t nout = sh.B * sh.Hq * sh.Sq * sh.D
@@ -809,7 +809,7 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
                     const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
                     const unsigned int* table, Py_ssize_t mbs, const unsigned int* used, const real_t* slopes,
                     Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params, int nthreads,
-                    bint bf16_pairs, const Py_ssize_t* rs, int round_p=0):
+                    bint bf16_pairs, const Py_ssize_t* rs, int round_p=0, bint f16_split=False):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
     cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and its keys rows cu_k[b] .. cu_k[b + 1] of k, v
     [NB * BS, Hkv, D], or (table, mbs per sequence) key j at row j % BS of block table[b, j // BS]
@@ -823,7 +823,10 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     their storage where the flash packs them from it (the validators checked
     the offsets, lengths and block ids: every row read lies in the arrays).  rs: the element strides
     of a row and of a head of q, k and v (q's rows are its first axis, k's and v's their rows of
-    blocks, found affine by the entry); out is C-contiguous."""
+    blocks, found affine by the entry); out is C-contiguous.  f16_split: f16 (round_p, on the tiles)
+    whose q the entry found finite: sequences of more than one query whose gathered keys and values
+    are finite too run their products on the split words (fc_f16_tiles.h), V gathered in its
+    storage."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t b, q0, k0, lq, lk
@@ -880,11 +883,15 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             k_h = <const unsigned short*>cnp.PyArray_DATA(<cnp.ndarray>kb16)
             with nogil:
                 _gather_rows16(k16, trow, BS, k0, lk, Hkv, D, kr, kh, <unsigned short*>k_h, nt)
-            if bf16_pairs and _pairs16_v(round_p):
+            if (bf16_pairs and _pairs16_v(round_p)) or f16_split:
                 vb16 = _temp("varlen:v16", (Hkv * lk * D,), _np.uint16)
                 v_h = <const unsigned short*>cnp.PyArray_DATA(<cnp.ndarray>vb16)
                 with nogil:
                     _gather_rows16(v16, trow, BS, k0, lk, Hkv, D, vr, vh, <unsigned short*>v_h, nt)
+                    # (f16's split: the keys this sequence reads must be finite, else the float32 loops)
+                    if (f16_split and not bf16_pairs
+                            and not (fc_f16_all_finite(k_h, Hkv * lk * D) and fc_f16_all_finite(v_h, Hkv * lk * D))):
+                        v_h = NULL
         if v_h == NULL:
             vb = _temp("varlen:v", (Hkv * lk * D,), dt)
             with nogil:

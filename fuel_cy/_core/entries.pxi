@@ -350,7 +350,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                             <const unsigned int*>_ptr(table, u32, i32), mbs,
                                             <const unsigned int*>_ptr(used, u32, i32), <float*>_ptr(out, tn),
                                             <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params, nthreads, is_f16,
-                                            strides)
+                                            strides, is_f16 == 1 and _f16_split(_round_p(params, 1)) and _finite16(q))
         result = _from_work(out, code, nthreads) if narrow else out
         return (result, lse) if lse is not None else result
     q, k, v, do, s = ins

@@ -31,12 +31,13 @@
 #include "fc_half.h"     /* fc_pv_heads_h16 */
 #include "fc_amx.h"      /* the tile instructions, FC_BY_SCORES_FORM, fc_amx_config */
 
-/* one f16 value (bits h) -> the word (hi | lo << 16) of its two bf16 terms */
-static inline uint32_t fc_f16_split_word(uint16_t h) {
-    float x = fc_f16_bits_to_f32(h);
+/* one f16 value (x: exactly an f16 value in float32, or h: its bits) -> the word (hi | lo << 16)
+ * of its two bf16 terms */
+static inline uint32_t fc_f32_split_word(float x) {
     uint16_t hi = fc_f32_to_bf16_bits(x);
     return hi | (uint32_t)fc_f32_to_bf16_bits(x - fc_bf16_bits_to_f32(hi)) << 16;
 }
+static inline uint32_t fc_f16_split_word(uint16_t h) { return fc_f32_split_word(fc_f16_bits_to_f32(h)); }
 /* a term t (0: hi, 1: lo) of the word w as (t | t << 16) */
 static inline uint32_t fc_split_term_dup(uint32_t w, int t) {
     uint32_t h = t ? w >> 16 : w & 0xffffu;
@@ -44,13 +45,13 @@ static inline uint32_t fc_split_term_dup(uint32_t w, int t) {
 }
 
 #if FC_HAVE_DPBF16
-/* 16 f16 values -> their 16 split words */
-static inline __m512i fc_f16_split_words16(__m256i h) {
-    __m512 x = _mm512_cvtph_ps(h);
+/* 16 f16 values (in float32, or their bits) -> their 16 split words */
+static inline __m512i fc_f32_split_words16(__m512 x) {
     __m256bh hi = _mm512_cvtneps_pbh(x);
     __m256bh lo = _mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(hi)));
     return _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)hi), _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)lo), 16));
 }
+static inline __m512i fc_f16_split_words16(__m256i h) { return fc_f32_split_words16(_mm512_cvtph_ps(h)); }
 /* 16 split words -> (t | t << 16) of term t */
 static inline __m512i fc_split_dup16(__m512i w, int t) {
     __m512i h = t ? _mm512_srli_epi32(w, 16) : _mm512_and_si512(w, _mm512_set1_epi32(0xffff));
@@ -69,6 +70,25 @@ static inline void fc_split_q_f16(const uint16_t* x, ptrdiff_t D, uint32_t* out)
     }
 #endif
     for (; d < D; d++) out[d] = out[D + d] = fc_f16_split_word(x[d]);
+}
+
+/* rows [nrows][ldx] of f16 values held in float32 (a widened q) -> Q's 2D words per row, rows ldo
+ * apart: fc_split_q_f16's words */
+static inline void fc_split_q_rows_f32(const float* X, ptrdiff_t ldx, ptrdiff_t nrows, ptrdiff_t D, uint32_t* out,
+                                       ptrdiff_t ldo) {
+    for (ptrdiff_t r = 0; r < nrows; r++) {
+        const float* x = X + r * ldx;
+        uint32_t* o = out + r * ldo;
+        ptrdiff_t d = 0;
+#if FC_HAVE_DPBF16
+        for (; d + 16 <= D; d += 16) {
+            __m512i w = fc_f32_split_words16(_mm512_loadu_ps(x + d));
+            _mm512_storeu_si512(o + d, w);
+            _mm512_storeu_si512(o + D + d, w);
+        }
+#endif
+        for (; d < D; d++) o[d] = o[D + d] = fc_f32_split_word(x[d]);
+    }
 }
 
 /* K rows (n <= FC_BC keys of D f16 values) -> [2D][FC_BC]: row d (< D) key j holds K[j][d]'s hi
@@ -145,18 +165,9 @@ static inline void fc_split_p_f16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows
         uint32_t* o = out + r * ldo;
         ptrdiff_t j = 0;
 #if FC_HAVE_DPBF16
-        for (; j + 16 <= ncols; j += 16) {
-            __m512 x = _mm512_loadu_ps(p + j);
-            __m256bh hi = _mm512_cvtneps_pbh(x);
-            __m256bh lo = _mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(hi)));
-            _mm512_storeu_si512(o + j, _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)hi),
-                                                       _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)lo), 16)));
-        }
+        for (; j + 16 <= ncols; j += 16) _mm512_storeu_si512(o + j, fc_f32_split_words16(_mm512_loadu_ps(p + j)));
 #endif
-        for (; j < ncols; j++) {
-            uint16_t hi = fc_f32_to_bf16_bits(p[j]);
-            o[j] = hi | (uint32_t)fc_f32_to_bf16_bits(p[j] - fc_bf16_bits_to_f32(hi)) << 16;
-        }
+        for (; j < ncols; j++) o[j] = fc_f32_split_word(p[j]);
         for (; j < nc16; j++) o[j] = 0;
     }
 }

@@ -392,7 +392,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         copy_rows_strided(q + row_offset(&sh.lq, b * sh.Hq + h, i0), hstep * sh.lq.sh + pstep * sh.lq.ss,
                           nr, nr4, D, Qs)
     if rnd_t is RoundNone and real_t is float:
-        if (kpp != NULL or qk16) and o.q16 == NULL:
+        if o.f16s and o.q16 == NULL:   # (a widened q: its split words from the float32 rows)
+            fc_split_q_rows_f32(<float*>Qs, D, nr4, D, Qp, D2)
+        elif (kpp != NULL or qk16) and o.q16 == NULL:
             fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
     zero(O, nr4 * D)
     for r in range(nr):

@@ -115,6 +115,8 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pack_v_pairs_b16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
     # fc_f16_tiles.h: f16 as two exact bf16 terms, for the tiles (round_p)
     void fc_split_q_f16(const unsigned short* x, Py_ssize_t D, unsigned int* out)
+    void fc_split_q_rows_f32(const float* X, Py_ssize_t ldx, Py_ssize_t nrows, Py_ssize_t D, unsigned int* out,
+                             Py_ssize_t ldo)
     void fc_pack_k_split_f16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
     void fc_pack_v_split_f16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
     void fc_split_p_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols, unsigned int* out,
