@@ -173,6 +173,20 @@ static inline void fc_split_bf16(const float* p, int nterms, uint32_t* const* ou
         if (two_rows) OP(2, (C) + 16 * (ld), stride);                                            \
         if ((two_rows) && (two_cols)) OP(3, (C) + 16 * (ld) + 16, stride);                       \
     } while (0)
+/* the products of a block's 16 pairs with B: tiles 6 (and 7, with a second column tile) loaded
+ * from B (and B + 16), rows stride bytes apart, multiplied into tiles 0-3 by the A tiles 4 (and 5,
+ * with a second row tile) */
+#define FC_AMX_B_PRODUCTS(LOAD, DP, B, stride, two_rows, two_cols)                              \
+    do {                                                                                         \
+        LOAD(6, B, stride);                                                                      \
+        if (two_cols) LOAD(7, (B) + 16, stride);                                                 \
+        DP(0, 4, 6);                                                                             \
+        if (two_cols) DP(1, 4, 7);                                                               \
+        if (two_rows) {                                                                          \
+            DP(2, 5, 6);                                                                         \
+            if (two_cols) DP(3, 5, 7);                                                           \
+        }                                                                                        \
+    } while (0)
 #define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
                  ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,      \
@@ -311,16 +325,8 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
                 for (ptrdiff_t k = 0; k < kp; k += 16) {                                         \
                     LOAD(4, xt + d * kp + k, sx);                                                \
                     if (twod) LOAD(5, xt + (d + 16) * kp + k, sx);                               \
-                    for (int t = 0; t < nterms; t++) {                                           \
-                        LOAD(6, terms[t] + k * w + j, sw);                                       \
-                        if (twoc) LOAD(7, terms[t] + k * w + j + 16, sw);                        \
-                        DP(0, 4, 6);                                                             \
-                        if (twoc) DP(1, 4, 7);                                                   \
-                        if (twod) {                                                              \
-                            DP(2, 5, 6);                                                         \
-                            if (twoc) DP(3, 5, 7);                                               \
-                        }                                                                        \
-                    }                                                                            \
+                    for (int t = 0; t < nterms; t++)                                             \
+                        FC_AMX_B_PRODUCTS(LOAD, DP, terms[t] + k * w + j, sw, twod, twoc);       \
                 }                                                                                \
                 FC_AMX_C_BLOCK(STORE, c, ldc, sc, twod, twoc);                                   \
             }                                                                                    \

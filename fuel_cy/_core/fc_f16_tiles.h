@@ -223,17 +223,8 @@ static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ld
             for (ptrdiff_t k = 0; k < keys; k += 16) {                                           \
                 LOAD(4, Pw + i * ldpw + k, sa);                                                  \
                 if (two) LOAD(5, Pw + (i + 16) * ldpw + k, sa);                                  \
-                for (int t = 0; t < 2; t++) {                                                    \
-                    const uint32_t* vb = Vs + (t * FC_BC + k) * D + d;                           \
-                    LOAD(6, vb, sv);                                                             \
-                    if (twoc) LOAD(7, vb + 16, sv);                                              \
-                    DP(0, 4, 6);                                                                 \
-                    if (twoc) DP(1, 4, 7);                                                       \
-                    if (two) {                                                                   \
-                        DP(2, 5, 6);                                                             \
-                        if (twoc) DP(3, 5, 7);                                                   \
-                    }                                                                            \
-                }                                                                                \
+                for (int t = 0; t < 2; t++)   /* V's high terms, then its low terms */            \
+                    FC_AMX_B_PRODUCTS(LOAD, DP, Vs + (t * FC_BC + k) * D + d, sv, two, twoc);    \
             }                                                                                    \
             FC_AMX_C_BLOCK(STORE, o, ldo, so, two, twoc);                                        \
         }                                                                                        \
