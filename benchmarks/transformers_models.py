@@ -76,12 +76,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--dtypes", default="float32,bfloat16",
+                    help="comma-separated torch dtypes of the model pairs (float16 too)")
     args = ap.parse_args()
     rows = []
     print(f"CPU: {cpu_model()}; torch {torch.__version__}, "
           f"transformers {transformers.__version__}, {torch.get_num_threads()} threads")
     print("| dtype | call | sdpa | fuel_cy | sdpa / fuel_cy |\n| --- | --- | --- | --- | --- |")
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
         sdpa, ours = model_pair(dtype)
         for name, fn in cases().items():
             seconds(fn, sdpa), seconds(fn, ours)   # warm-up
