@@ -74,7 +74,7 @@ cdef struct AttnOpts:
     int round_p
     # (round_p 2 on the tiles, fc_f16_tiles.h) the f16 flash's products on the tiles from each
     # value's two exact bf16 terms: Q's and K's split words (2D of them) for the scores, P's and
-    # V's for P V (V's [2 BC][D] per key tile); 0 otherwise
+    # V's for P V (V's [BC][D] per key tile, P's two planes); 0 otherwise
     int f16s
     # query rows per backward step (at most BR_BWD): fc_uarch.h's choice for the call's products
     # (_backward); the step's scratch is carved for this many rows

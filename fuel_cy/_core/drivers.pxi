@@ -511,8 +511,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC)
     cdef Py_ssize_t per_head = ntiles * sh.D * BC
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
-    # (f16s: K's and V's split words are 4x the float32 K^T each)
-    cdef Py_ssize_t chunk = _kv_chunk(per_head * (8 if f16s else 1), sizeof(real_t), nkv_total)
+    # (f16s: K's split words are twice the float32 K^T's size, V's once)
+    cdef Py_ssize_t chunk = _kv_chunk(per_head * (3 if f16s else 1), sizeof(real_t), nkv_total)
     cdef Py_ssize_t D2 = 2 * sh.D if f16s else (sh.D + 1) // 2
     cdef Py_ssize_t ntasks, per_thread, kv0, nkv
     if naive:
@@ -548,7 +548,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     # one buffer: packed K (or its bf16 pairs), V's pairs, then every thread's scratch, each 64-byte aligned
     cdef Py_ssize_t n_ktp = 0 if bf16_pairs or krows or k_tiles or k16 != NULL else chunk * per_head * sizeof(real_t)
     cdef Py_ssize_t n_kpp = chunk * ntiles * D2 * BC * sizeof(unsigned int) if bf16_pairs and not k_tiles else 0
-    cdef Py_ssize_t n_vpp = chunk * ntiles * ((2 * BC) if f16s else (BC // 2)) * sh.D * sizeof(unsigned int) if vpairs else 0
+    cdef Py_ssize_t n_vpp = chunk * ntiles * (BC if f16s else (BC // 2)) * sh.D * sizeof(unsigned int) if vpairs else 0
     buf = _scratch("forward", _up64(n_ktp) + _up64(n_kpp) + _up64(n_vpp) + nt * per_thread * sizeof(real_t))
     cdef char* base = _aligned(buf)
     cdef real_t* ktp = <real_t*>base

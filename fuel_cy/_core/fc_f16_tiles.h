@@ -14,10 +14,12 @@
  *           K's words (hi | hi << 16) for d < D and (lo | lo << 16) for D <= d < 2D, [2D][FC_BC]
  *           (fc_pack_k_split_f16): fc_qk_dpbf16's operands with D2 = 2D, its tiles and edges as
  *           they are.
- *   P V     P's words (hi | lo << 16) per weight [row][key] (fc_split_p_f16: round_p's weights,
- *           f16 values); V's words (hi | hi << 16) for keys j in rows j and (lo | lo << 16) in rows
- *           FC_BC + j, [2 FC_BC][D] (fc_pack_v_split_f16): per 16 keys one P tile against V's two
- *           (fc_pv_f16s).
+ *   P V     V's words (hi | lo << 16) [key][D] (fc_pack_v_split_f16); P's (hi | hi << 16) and
+ *           (lo | lo << 16) per weight, two planes of [row][key] (fc_split_p_f16: round_p's
+ *           weights, f16 values): per 16 keys V's tile against P's high tile, then its low tile
+ *           (fc_pv_f16s).  (V's words per key tile are 64 KB at D = 128 and stream from L2 per
+ *           32 query rows; duplicating V's terms instead of P's doubled that, 6-11% slower at
+ *           S = 1024-4096 on the Xeon, family 6 model 167, in runs minutes apart.)
  *
  * Infinities and NaNs are not split (inf - inf is NaN): inputs holding one never come here
  * (fc_f16_all_finite, checked by the entry).  Products of f16 values are multiples of 2^-48, so
@@ -128,47 +130,48 @@ static inline void fc_pack_k_split_f16(const uint16_t* const* rows, ptrdiff_t n,
         for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
 }
 
-/* V rows (n <= FC_BC keys of D f16 values) -> [2 FC_BC][D]: row j (key j) holds its hi terms
- * twice, row FC_BC + j its lo terms twice; keys n.. zero. */
+/* V rows (n <= FC_BC keys of D f16 values) -> [FC_BC][D]: key j's split words in row j; keys n..
+ * zero. */
 static inline void fc_pack_v_split_f16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
     for (ptrdiff_t j = 0; j < FC_BC; j++) {
-        uint32_t* hi = out + j * D;
-        uint32_t* lo = out + (FC_BC + j) * D;
+        uint32_t* o = out + j * D;
         if (j >= n) {
-            memset(hi, 0, (size_t)D * 4);
-            memset(lo, 0, (size_t)D * 4);
+            memset(o, 0, (size_t)D * 4);
             continue;
         }
         ptrdiff_t d = 0;
 #if FC_HAVE_DPBF16
-        for (; d + 16 <= D; d += 16) {
-            __m512i w = fc_f16_split_words16(_mm256_loadu_si256((const __m256i*)(const void*)(rows[j] + d)));
-            _mm512_storeu_si512(hi + d, fc_split_dup16(w, 0));
-            _mm512_storeu_si512(lo + d, fc_split_dup16(w, 1));
-        }
+        for (; d + 16 <= D; d += 16)
+            _mm512_storeu_si512(o + d, fc_f16_split_words16(_mm256_loadu_si256((const __m256i*)(const void*)(rows[j] + d))));
 #endif
-        for (; d < D; d++) {
-            uint32_t w = fc_f16_split_word(rows[j][d]);
-            hi[d] = fc_split_term_dup(w, 0);
-            lo[d] = fc_split_term_dup(w, 1);
-        }
+        for (; d < D; d++) o[d] = fc_f16_split_word(rows[j][d]);
     }
 }
 
-/* P rows [nrows][ldp] of f16-valued floats (round_p's weights) -> their split words, out[r * ldo +
- * j] for j < ncols rounded up to 16, the keys past ncols zero */
+/* P rows [nrows][ldp] of f16-valued floats (round_p's weights) -> each weight's high term twice,
+ * out[r * ldo + j], and its low term twice, out[plane + r * ldo + j], for j < ncols rounded up to
+ * 16, the keys past ncols zero */
 static inline void fc_split_p_f16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, uint32_t* out,
-                                  ptrdiff_t ldo) {
+                                  ptrdiff_t ldo, ptrdiff_t plane) {
     ptrdiff_t nc16 = (ncols + 15) / 16 * 16;
     for (ptrdiff_t r = 0; r < nrows; r++) {
         const float* p = P + r * ldp;
-        uint32_t* o = out + r * ldo;
+        uint32_t* hi = out + r * ldo;
+        uint32_t* lo = hi + plane;
         ptrdiff_t j = 0;
 #if FC_HAVE_DPBF16
-        for (; j + 16 <= ncols; j += 16) _mm512_storeu_si512(o + j, fc_f32_split_words16(_mm512_loadu_ps(p + j)));
+        for (; j + 16 <= ncols; j += 16) {
+            __m512i w = fc_f32_split_words16(_mm512_loadu_ps(p + j));
+            _mm512_storeu_si512(hi + j, fc_split_dup16(w, 0));
+            _mm512_storeu_si512(lo + j, fc_split_dup16(w, 1));
+        }
 #endif
-        for (; j < ncols; j++) o[j] = fc_f32_split_word(p[j]);
-        for (; j < nc16; j++) o[j] = 0;
+        for (; j < ncols; j++) {
+            uint32_t w = fc_f32_split_word(p[j]);
+            hi[j] = fc_split_term_dup(w, 0);
+            lo[j] = fc_split_term_dup(w, 1);
+        }
+        for (; j < nc16; j++) hi[j] = lo[j] = 0;
     }
 }
 
@@ -189,9 +192,9 @@ static inline int fc_f16_all_finite(const uint16_t* x, ptrdiff_t n) {
     return !bad;
 }
 
-/* O += P V on the tiles from the split words: Pw (fc_split_p_f16's, rows ldpw words apart, keys up
- * to ncols rounded to 16 written) and Vs (fc_pack_v_split_f16's, this key tile's).  Per block of 16
- * keys, one tile of P's words against V's hi tile, then against its lo tile.  Rows in whole 16-row
+/* O += P V on the tiles from the split words: Pw (fc_split_p_f16's two planes, plane words apart,
+ * rows ldpw words apart, keys up to ncols rounded to 16 written) and Vs (fc_pack_v_split_f16's,
+ * this key tile's).  Per block of 16 keys, V's tile against P's high tile, then its low tile.  Rows in whole 16-row
  * tiles and columns in whole 16-column tiles go to the tiles; the rest to the float32 loops on P's
  * float32 rows and V's f16 rows (vrows16), the float32 kernel's sums. */
 static inline void fc_pv_f16s_loops(const float* P, ptrdiff_t ldp, ptrdiff_t r0, ptrdiff_t nrows4, ptrdiff_t ncols,
@@ -204,9 +207,9 @@ static inline void fc_pv_f16s_loops(const float* P, ptrdiff_t ldp, ptrdiff_t r0,
 }
 #if FC_HAVE_DPBF16
 #define FC_DEFINE_PV_F16S_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                         \
-static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t nrows4, \
-                 ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16, ptrdiff_t D, \
-                 float* O, ptrdiff_t ldo) {                                                      \
+static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t plane,   \
+                 ptrdiff_t nrows4, ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16, \
+                 ptrdiff_t D, float* O, ptrdiff_t ldo) {                                         \
     ptrdiff_t rows_t = nrows4 / 16 * 16, cols_t = D / 16 * 16, keys = (ncols + 15) / 16 * 16;   \
     if (!rows_t || !cols_t || !ncols) {                                                          \
         fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, 0, D, O, ldo);                       \
@@ -221,10 +224,18 @@ static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ld
             float* o = O + i * ldo + d;                                                          \
             FC_AMX_C_BLOCK(LOAD, o, ldo, so, two, twoc);                                         \
             for (ptrdiff_t k = 0; k < keys; k += 16) {                                           \
-                LOAD(4, Pw + i * ldpw + k, sa);                                                  \
-                if (two) LOAD(5, Pw + (i + 16) * ldpw + k, sa);                                  \
-                for (int t = 0; t < 2; t++)   /* V's high terms, then its low terms */            \
-                    FC_AMX_B_PRODUCTS(LOAD, DP, Vs + (t * FC_BC + k) * D + d, sv, two, twoc);    \
+                LOAD(6, Vs + k * D + d, sv);                                                     \
+                if (twoc) LOAD(7, Vs + k * D + d + 16, sv);                                      \
+                for (int t = 0; t < 2; t++) {   /* the weights' high terms, then their low terms */ \
+                    LOAD(4, Pw + t * plane + i * ldpw + k, sa);                                  \
+                    DP(0, 4, 6);                                                                 \
+                    if (twoc) DP(1, 4, 7);                                                       \
+                    if (two) {                                                                   \
+                        LOAD(5, Pw + t * plane + (i + 16) * ldpw + k, sa);                       \
+                        DP(2, 5, 6);                                                             \
+                        if (twoc) DP(3, 5, 7);                                                   \
+                    }                                                                            \
+                }                                                                                \
             }                                                                                    \
             FC_AMX_C_BLOCK(STORE, o, ldo, so, two, twoc);                                        \
         }                                                                                        \
@@ -242,18 +253,18 @@ FC_DEFINE_PV_F16S_AMX(fc_pv_f16s_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_A
 
 /* the float32 loops with fc_pv_f16s_amx's arguments (never called where the split runs: it runs
  * only where the bf16 products take the tiles) */
-static inline void fc_pv_f16s_vec(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw,
+static inline void fc_pv_f16s_vec(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t plane,
                                   ptrdiff_t nrows4, ptrdiff_t ncols, const uint32_t* Vs,
                                   const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo) {
-    (void)Pw; (void)ldpw; (void)Vs;
+    (void)Pw; (void)ldpw; (void)plane; (void)Vs;
     fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, 0, D, O, ldo);
 }
 /* O += P V of the mixed f16 flash with round_p on the tiles (fc_bf16_on_tiles), in the tile form
  * this CPU takes. */
-static inline void fc_pv_f16s(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t nrows4,
-                              ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16, ptrdiff_t D,
-                              float* O, ptrdiff_t ldo) {
+static inline void fc_pv_f16s(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t plane,
+                              ptrdiff_t nrows4, ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16,
+                              ptrdiff_t D, float* O, ptrdiff_t ldo) {
     FC_BY_SCORES_FORM(fc_pv_f16s_amx, fc_pv_f16s_amx_emulated, fc_pv_f16s_vec,
-                      (P, ldp, Pw, ldpw, nrows4, ncols, Vs, vrows16, D, O, ldo));
+                      (P, ldp, Pw, ldpw, plane, nrows4, ncols, Vs, vrows16, D, O, ldo));
 }
 #endif

@@ -158,7 +158,7 @@ cdef inline void pack_head_tile_split16(const unsigned short* x, Layout* l, Py_s
     cdef const unsigned short* rows[BC]
     cdef Py_ssize_t n = head_tile_rows16(x, l, head0, task, ntiles, Sk, rows, NULL, 1)
     if values:
-        fc_pack_v_split_f16(rows, n, D, out + task * 2 * BC * D)
+        fc_pack_v_split_f16(rows, n, D, out + task * BC * D)
     else:
         fc_pack_k_split_f16(rows, n, D, out + task * 2 * D * BC)
 
@@ -167,7 +167,7 @@ cdef void pack_heads_split16(const unsigned short* x, Layout* l, Py_ssize_t head
                              Py_ssize_t D, unsigned int* out, int nthreads, bint values) noexcept nogil:
     """Heads head0 .. head0 + nheads of f16 K (or V: values) in their storage -> the split words of
     the f16 products on the tiles (fc_f16_tiles.h): [nheads][ceil(Sk/BC)][2D][BC] for K,
-    [nheads][ceil(Sk/BC)][2 BC][D] for V."""
+    [nheads][ceil(Sk/BC)][BC][D] for V."""
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t task
     for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
@@ -203,11 +203,11 @@ cdef void pack_heads16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_
 
 cdef inline Py_ssize_t flash_scratch(Py_ssize_t D, bint k_tiles=False, bint f16s=False) noexcept nogil:
     """The work-type elements of one thread's flash_task scratch: Q, S, O, m, l, Q's bf16 pairs and
-    P's (round_p), or (f16s: AttnOpts.f16s, never with k_tiles) their split words, 2D and BC per
+    P's (round_p), or (f16s: AttnOpts.f16s, never with k_tiles) their split words, 2D and 2 BC per
     row; with k_tiles (AttnOpts.k_tiles), the tile's K^T after them (or its K pairs and
     V pairs, (D + 1) // 2 * BC + BC // 2 * D 32-bit words)."""
     if f16s:
-        return 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * 2 * D + BR_FLASH * BC
+        return 2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * 2 * D + 2 * BR_FLASH * BC
     return (2 * BR_FLASH * D + BR_FLASH * BC + 2 * BR_FLASH + BR_FLASH * ((D + 1) // 2) + BR_FLASH * (BC // 2)
             + ((D + 1) * BC if k_tiles else 0))
 
@@ -291,7 +291,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef unsigned int* Qp = <unsigned int*>(l + BR_FLASH)   # BR_FLASH * D2: Q as bf16 pairs
     # (o.f16s: Q's 2D split words per row, the scores' operand with D2 = 2D)
     cdef Py_ssize_t D2 = 2 * D if o.f16s else (D + 1) // 2
-    cdef unsigned int* Pp = Qp + BR_FLASH * D2              # BR_FLASH * BC / 2: P as bf16 pairs (f16s: BC words)
+    cdef unsigned int* Pp = Qp + BR_FLASH * D2              # BR_FLASH * BC / 2: P as bf16 pairs (f16s: two planes of BC words)
     cdef const unsigned int* vtile
     cdef real_t* rows[BC_DECODE]
     cdef real_t* srow
@@ -621,8 +621,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             if rnd_t is RoundNone and real_t is float and o.f16s:   # (P's and V's split words)
                 for jj in range(nc):
                     rows16[jj] = vtrow16 + key_row(o, j0 + jj) * ldv
-                fc_split_p_f16(S, BC, nr4, nc, Pp, BC)
-                fc_pv_f16s(S, BC, Pp, BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * 2 * BC * D, rows16, D, O, D)
+                fc_split_p_f16(S, BC, nr4, nc, Pp, BC, BR_FLASH * BC)
+                fc_pv_f16s(S, BC, Pp, BC, BR_FLASH * BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * BC * D, rows16,
+                           D, O, D)
             elif rnd_t is RoundNone and real_t is float:
                 vtile = vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D
                 if p16:
