@@ -446,7 +446,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     # f16 with V in its storage under round_p on the tiles: the split words (fc_f16_tiles.h), which
-    # take the bf16 pairs' buffers and paths with 2D words for K and 2 BC rows for V per key tile
+    # take the bf16 pairs' buffers and paths with 2D words per key for K and BC rows for V per key tile
     cdef bint f16s = is_f16 == 1 and v_h16 != NULL and not bf16_pairs and _f16_split(round_p)
     if k16 != NULL and (naive or bf16_pairs or sh.Sq != 1 or real_t is not float or rnd_t is not RoundNone):
         raise ValueError("fuel_cy core: 16-bit K and V are read in place by the float32-compute decode only")
