@@ -303,7 +303,9 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
             # as they are
             h = _half_typenum(code)
             q, k = _np.ascontiguousarray(q), _np.ascontiguousarray(k)
-            vin16 = _v_in_storage(is_f16, params, ins)
+            # the finiteness scan reads the contiguous q and k just made (a non-contiguous
+            # original would be copied a second time)
+            vin16 = _v_in_storage(is_f16, params, (q, k, v))
             v = _np.ascontiguousarray(v) if vin16 else v
             v_a = None if vin16 else _win(v, npwork, code, narrow, nthreads, "v")
             res = _empty_as(q, h)

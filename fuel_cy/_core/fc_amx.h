@@ -187,6 +187,20 @@ static inline void fc_split_bf16(const float* p, int nterms, uint32_t* const* ou
             if (two_cols) DP(3, 5, 7);                                                           \
         }                                                                                        \
     } while (0)
+/* the products of a block's 16 pairs with A: tile 4 (and 5, with a second row tile) loaded from A
+ * (and A + 16 rows of lda words), rows stride bytes apart, multiplied into tiles 0-3 by the B
+ * tiles 6 (and 7, with a second column tile) */
+#define FC_AMX_A_PRODUCTS(LOAD, DP, A, lda, stride, two_rows, two_cols)                         \
+    do {                                                                                         \
+        LOAD(4, A, stride);                                                                      \
+        DP(0, 4, 6);                                                                             \
+        if (two_cols) DP(1, 4, 7);                                                               \
+        if (two_rows) {                                                                          \
+            LOAD(5, (A) + 16 * (lda), stride);                                                   \
+            DP(2, 5, 6);                                                                         \
+            if (two_cols) DP(3, 5, 7);                                                           \
+        }                                                                                        \
+    } while (0)
 #define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
                  ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,      \
@@ -234,16 +248,8 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncol
                 for (ptrdiff_t k = 0; k < kp_n; k += 16) {                                       \
                     LOAD(6, vb + k * ldvp + d, sv);                                              \
                     if (twoc) LOAD(7, vb + k * ldvp + d + 16, sv);                               \
-                    for (int t = 0; t < nterms; t++) {                                           \
-                        LOAD(4, tb[t] + i * tld + k, sa);                                        \
-                        DP(0, 4, 6);                                                             \
-                        if (twoc) DP(1, 4, 7);                                                   \
-                        if (two) {                                                               \
-                            LOAD(5, tb[t] + (i + 16) * tld + k, sa);                             \
-                            DP(2, 5, 6);                                                         \
-                            if (twoc) DP(3, 5, 7);                                               \
-                        }                                                                        \
-                    }                                                                            \
+                    for (int t = 0; t < nterms; t++)                                             \
+                        FC_AMX_A_PRODUCTS(LOAD, DP, tb[t] + i * tld + k, tld, sa, two, twoc);    \
                 }                                                                                \
                 FC_AMX_C_BLOCK(STORE, o, ldo, so, two, twoc);                                    \
             }                                                                                    \

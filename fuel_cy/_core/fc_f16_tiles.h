@@ -226,16 +226,8 @@ static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ld
             for (ptrdiff_t k = 0; k < keys; k += 16) {                                           \
                 LOAD(6, Vs + k * D + d, sv);                                                     \
                 if (twoc) LOAD(7, Vs + k * D + d + 16, sv);                                      \
-                for (int t = 0; t < 2; t++) {   /* the weights' high terms, then their low terms */ \
-                    LOAD(4, Pw + t * plane + i * ldpw + k, sa);                                  \
-                    DP(0, 4, 6);                                                                 \
-                    if (twoc) DP(1, 4, 7);                                                       \
-                    if (two) {                                                                   \
-                        LOAD(5, Pw + t * plane + (i + 16) * ldpw + k, sa);                       \
-                        DP(2, 5, 6);                                                             \
-                        if (twoc) DP(3, 5, 7);                                                   \
-                    }                                                                            \
-                }                                                                                \
+                for (int t = 0; t < 2; t++)     /* the weights' high terms, then their low terms */ \
+                    FC_AMX_A_PRODUCTS(LOAD, DP, Pw + t * plane + i * ldpw + k, ldpw, sa, two, twoc); \
             }                                                                                    \
             FC_AMX_C_BLOCK(STORE, o, ldo, so, two, twoc);                                        \
         }                                                                                        \
