@@ -1,8 +1,9 @@
 """f16 on the AMX-BF16 tiles (fuel_cy/_core/fc_f16_tiles.h): with round_p, the mixed f16 flash
 splits every f16 value into two bf16 terms, hi = bf16(x) and lo = bf16(x - hi), which the mixed
 contract states are exact, and runs its products on the tiles; inputs holding an infinity or a NaN
-(which have no such split) keep the float32 loops.  The split is checked on every f16 value, the
-route by the emulated tile form's instruction count, which runs on every AVX512-BF16 CPU."""
+(which have no such split) keep the float32 loops.  The backwards with round_p run their five
+products from the same split words.  The split is checked on every f16 value, the route by the
+emulated tile form's instruction count, which runs on every AVX512-BF16 CPU."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -14,6 +15,7 @@ import reference_impl as ref
 from inputs import attention_inputs
 from measures import bits
 from test_bf16_scores import _each_form
+from test_round_p import _backward_call
 
 from fuel_cy.runtime.cpu import core
 
@@ -159,3 +161,100 @@ def test_a_nan_in_one_varlen_sequence_leaves_the_others_on_the_tiles():
     assert bits(got[:100]) == bits(loops[:100])
     assert bits(got[100:]) == bits(clean[100:])
     assert bits(clean[100:]) != bits(loops_clean[100:])   # (so the tiles' bits are not the loops')
+
+
+# ---- the f16 backward with round_p: its five products from the same split words ------------------
+
+BACKWARDS = ["attention_flash_backward_mixed", "attention_masked_backward", "attention_varlen_backward"]
+
+
+@needs_tiles
+@pytest.mark.parametrize("rows_per_step", [32, 64])
+@pytest.mark.parametrize("name", BACKWARDS)
+def test_the_f16_backward_with_round_p_runs_all_five_products_on_the_tiles(name, rows_per_step):
+    """With every dimension a whole number of tiles, each of S = Q K^T, dP = dO V^T, dQ = dS K,
+    dV = P^T dO and dK = dS^T Q runs two tdpbf16ps per 16 x 16 x 16 block (a value's two terms
+    against the other's one term, then its other), so 10 per block of the (query, key, dim) grid
+    and head, at both step heights the CPUs use; the exact-P mode keeps the float32 loops; the
+    gradients are the rounded float64 reference's to f16's accuracy."""
+    hq, s, d = 2, 128, 32
+    q, k, v, do, _ = attention_inputs(1, hq, 1, s, s, d, np.float16, False, seed=21, with_do=True)
+    c = core()
+    saved = c._test_bwd_rows()
+    try:
+        c._test_bwd_rows(rows_per_step)
+        got, dps = _emulated_dps(lambda: _backward_call(name, q, k, v, do, False, round_p=True))
+        _, dps_exact = _emulated_dps(lambda: _backward_call(name, q, k, v, do, False, round_p=False))
+    finally:
+        c._test_bwd_rows(saved)
+    assert dps == 10 * hq * (s // 16) * (s // 16) * (d // 16)
+    assert dps_exact == 0
+    want = ref.backward(q, k, v, do, scale=1 / np.sqrt(d), round_to=np.float16)
+    for g, w in zip(got, want):
+        assert np.max(np.abs(g.astype(np.float64) - w)) <= 2.0 ** -9 * max(1.0, float(np.abs(w).max()))
+
+
+@needs_tiles
+@pytest.mark.parametrize("name", ["attention_flash_backward_mixed", "attention_varlen_backward"])
+@pytest.mark.parametrize("where", ["q", "k", "v", "do"])
+@pytest.mark.parametrize("value", [np.inf, np.nan], ids=["inf", "nan"])
+def test_f16_backward_inputs_holding_an_infinity_or_a_nan_keep_the_float32_loops(name, where, value):
+    """As the forward: such a call runs no tile product and gives the float32 loops' bits."""
+    q, k, v, do, _ = attention_inputs(1, 2, 1, 70, 70, 32, np.float16, False, seed=22, with_do=True)
+    arrays = {"q": q.copy(), "k": k.copy(), "v": v.copy(), "do": do.copy()}
+    arrays[where][0, 0, 5, 3] = value
+    call = lambda: _backward_call(name, arrays["q"], arrays["k"], arrays["v"], arrays["do"], True, round_p=True)
+    got, dps = _emulated_dps(call)
+    assert dps == 0
+    c = core()
+    try:
+        c._test_f16_split(False)
+        loops, _ = _emulated_dps(call)
+    finally:
+        c._test_f16_split(True)
+    assert bits(tuple(got)) == bits(tuple(loops))
+
+
+@needs_tiles
+def test_an_f16_step_whose_ds_overflows_keeps_the_float32_loops_for_dq_and_dk():
+    """dS rounded to f16 can overflow to an infinity (large dO and V), which has no split: that
+    step's dQ and dK take the float32 loops (dV, from P in [0, 1], stays on the tiles), so the
+    infinities and NaNs land where the float32 loops put them and every finite gradient is theirs
+    to the order of the sums."""
+    q, k, v, do, _ = attention_inputs(1, 2, 1, 96, 96, 32, np.float16, False, seed=23, with_do=True)
+    v = (v.astype(np.float32) * 300).astype(np.float16)
+    do = (do.astype(np.float32) * 200).astype(np.float16)
+    call = lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do, round_p=True)
+    got, dps = _emulated_dps(call)
+    c = core()
+    try:
+        c._test_f16_split(False)
+        loops, _ = _emulated_dps(call)
+    finally:
+        c._test_f16_split(True)
+    assert dps > 0
+    dq, dk = (g.astype(np.float64) for g in got[:2])
+    assert not np.all(np.isfinite(dq)) and not np.all(np.isfinite(dk))   # (the case is hit)
+    for g, w in zip(got, loops):
+        g, w = g.astype(np.float64), w.astype(np.float64)
+        assert np.array_equal(np.isnan(g), np.isnan(w)) and np.array_equal(np.isinf(g), np.isinf(w))
+        fin = np.isfinite(w)
+        assert np.array_equal(np.sign(g[np.isinf(g)]), np.sign(w[np.isinf(w)]))
+        assert np.max(np.abs(g[fin] - w[fin]), initial=0) <= 2.0 ** -8 * float(np.abs(w[fin]).max())
+
+
+@needs_tiles
+@pytest.mark.parametrize("name", ["attention_flash_backward_mixed", "attention_varlen_backward"])
+def test_f16_backward_tile_bits_do_not_depend_on_threads(name):
+    q, k, v, do, _ = attention_inputs(1, 4, 2, 200, 200, 48, np.float16, False, seed=24, with_do=True)
+    for form in _each_form():
+        if form == "vdpbf16ps":
+            continue
+        try:
+            fuel_cy.set_num_threads(1)
+            one = bits(tuple(_backward_call(name, q, k, v, do, True, round_p=True)))
+            fuel_cy.set_num_threads(2)
+            two = bits(tuple(_backward_call(name, q, k, v, do, True, round_p=True)))
+        finally:
+            fuel_cy.set_num_threads(0)
+        assert one == two, form

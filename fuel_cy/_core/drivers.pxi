@@ -637,7 +637,9 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     form, attention_masked's boolean mask and additive bias), so each forward's scores are
     recomputed as it made them.  dlse: the gradient of the forward's log-sum-exp, row i of the
     flattened head bh at dlse[bh * dlse_ld + i] (AttnOpts.lse), or NULL.  round_p: AttnOpts.round_p
-    (_round_p; float32 compute only)."""
+    (_round_p; float32 compute only).  f16 with round_p where the bf16 products take the tiles
+    (_f16_split) runs all five products from split words (fc_f16_tiles.h) when q, k, v and dout are
+    finite (an infinity has no split; else the float32 loops)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     _layouts(&sh, NULL)
@@ -663,25 +665,36 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     # round_p's vdpbf16ps products need K's keys paired per column (for dQ = dS K) and an even D
     # (dV^T and dK^T take D as rows in pairs); else P and dS are rounded for the other forms
     cdef bint kv_pairs = bf16_pairs and round_p == 1 and not fc_bf16_on_tiles() and sh.D % 2 == 0
+    cdef Py_ssize_t nq = sh.B * sh.Hq * sh.Sq * sh.D, nk = sh.B * sh.Hkv * sh.Sk * sh.D
+    cdef bint f16s = False
+    if real_t is float and rnd_t is RoundNone and not bf16_pairs and _f16_split(round_p):
+        with nogil:
+            f16s = (fc_f32_all_finite(<const float*>q, nq) and fc_f32_all_finite(<const float*>dout, nq)
+                    and fc_f32_all_finite(<const float*>k, nk) and fc_f32_all_finite(<const float*>v, nk))
+    o.f16s = f16s
+    # f16s: K's and V's split words for the scores (2D words per key), and K's again per key for
+    # dQ = dS K, in place of the pairs (kv_pairs' buffer holds the latter)
+    cdef bint words = bf16_pairs or f16s
     cdef Py_ssize_t ntiles = ceil_div(sh.Sk, BC), Skp = ntiles * BC
-    cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = (sh.D + 1) // 2
+    cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = 2 * sh.D if f16s else (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
-    cdef Py_ssize_t chunk = _kv_chunk(2 * per_head, sizeof(real_t), nkv_total)
+    cdef Py_ssize_t chunk = _kv_chunk((5 if f16s else 2) * per_head, sizeof(real_t), nkv_total)
     o.bwd_rows = fc_bwd_rows_pairs if kv_pairs else fc_bwd_rows
     cdef Py_ssize_t br = o.bwd_rows   # backward_task's scratch, carved for br rows per step
     cdef Py_ssize_t per_thread = 3 * br * sh.D + 5 * br * Skp + 2 * Skp * sh.D + 2 * br * D2
     cdef int nt = <int>min(nthreads, chunk)
     # one buffer: packed K and V (or their bf16 pairs), then every thread's scratch, 64-byte aligned
-    cdef Py_ssize_t packed = 0 if bf16_pairs else _up64(chunk * per_head * sizeof(real_t))
-    cdef Py_ssize_t pairs = _up64(chunk * ntiles * D2 * BC * sizeof(unsigned int)) if bf16_pairs else 0
-    cdef Py_ssize_t kvpairs = _up64(chunk * ntiles * (BC // 2) * sh.D * sizeof(unsigned int)) if kv_pairs else 0
+    cdef Py_ssize_t packed = 0 if words else _up64(chunk * per_head * sizeof(real_t))
+    cdef Py_ssize_t pairs = _up64(chunk * ntiles * D2 * BC * sizeof(unsigned int)) if words else 0
+    cdef Py_ssize_t kvpairs = (_up64(chunk * ntiles * (BC if f16s else BC // 2) * sh.D * sizeof(unsigned int))
+                               if kv_pairs or f16s else 0)
     buf = _scratch("backward", 2 * packed + 2 * pairs + kvpairs + nt * per_thread * sizeof(real_t))
     cdef char* base = _aligned(buf)
     cdef real_t* ktp = <real_t*>base
     cdef real_t* vtp = <real_t*>(base + packed)
-    cdef unsigned int* kpp_p = <unsigned int*>(base + 2 * packed) if bf16_pairs else NULL
-    cdef unsigned int* vpp_p = <unsigned int*>(base + 2 * packed + pairs) if bf16_pairs else NULL
-    cdef unsigned int* kvp_p = <unsigned int*>(base + 2 * packed + 2 * pairs) if kv_pairs else NULL
+    cdef unsigned int* kpp_p = <unsigned int*>(base + 2 * packed) if words else NULL
+    cdef unsigned int* vpp_p = <unsigned int*>(base + 2 * packed + pairs) if words else NULL
+    cdef unsigned int* kvp_p = <unsigned int*>(base + 2 * packed + 2 * pairs) if kv_pairs or f16s else NULL
     cdef real_t* scratch = <real_t*>(base + 2 * packed + 2 * pairs + kvpairs)
     cdef Py_ssize_t kv0, nkv
     cdef fc_interrupt it
@@ -692,12 +705,12 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
         while kv0 < nkv_total and not fc_stopped(&it):
             nkv = min(chunk, nkv_total - kv0)
             if real_t is float:
-                if bf16_pairs:
-                    pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt)
-                    pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt)
-                if kv_pairs:
-                    pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kvp_p, nt, True)
-            if not bf16_pairs:
+                if words:
+                    pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt, False, f16s)
+                    pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, False, f16s)
+                if kv_pairs or f16s:
+                    pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kvp_p, nt, True, f16s)
+            if not words:
                 pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
                 pack_heads(<real_t*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vtp, nt)
             backward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p, kvp_p,

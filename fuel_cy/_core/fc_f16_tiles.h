@@ -20,6 +20,10 @@
  *           (fc_pv_f16s).  (V's words per key tile are 64 KB at D = 128 and stream from L2 per
  *           32 query rows; duplicating V's terms instead of P's doubled that, 6-11% slower at
  *           S = 1024-4096 on the Xeon, family 6 model 167, in runs minutes apart.)
+ *   backward  S and dP as the scores (Q's and dO's words against K's and V's); dQ = dS K as P V
+ *           (dS's planes against K's words, fc_pack_v_split's layout); dV = P^T dO and
+ *           dK = dS^T Q contract over query rows, one per word: dO's (Q's) words (hi | lo << 16)
+ *           against P's (dS's) two planes (fc_tn_f16s).  Packed from the widened float32 rows.
  *
  * Infinities and NaNs are not split (inf - inf is NaN): inputs holding one never come here
  * (fc_f16_all_finite, checked by the entry).  Products of f16 values are multiples of 2^-48, so
@@ -93,17 +97,30 @@ static inline void fc_split_q_rows_f32(const float* X, ptrdiff_t ldx, ptrdiff_t 
     }
 }
 
-/* K rows (n <= FC_BC keys of D f16 values) -> [2D][FC_BC]: row d (< D) key j holds K[j][d]'s hi
- * term twice, row D + d its lo term twice; keys n.. zero. */
-static inline void fc_pack_k_split_f16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+/* the split word of key j's element d, from f16 rows (r16) or float32 rows of f16 values (r32) */
+static inline uint32_t fc_split_word_at(const uint16_t* const* r16, const float* const* r32, ptrdiff_t j,
+                                        ptrdiff_t d) {
+    return r16 ? fc_f16_split_word(r16[j][d]) : fc_f32_split_word(r32[j][d]);
+}
+#if FC_HAVE_DPBF16
+/* the split words of key j's elements d .. d + 15 */
+static inline __m512i fc_split_words16_at(const uint16_t* const* r16, const float* const* r32, ptrdiff_t j,
+                                          ptrdiff_t d) {
+    return r16 ? fc_f16_split_words16(_mm256_loadu_si256((const __m256i*)(const void*)(r16[j] + d)))
+               : fc_f32_split_words16(_mm512_loadu_ps(r32[j] + d));
+}
+#endif
+
+/* K rows (n <= FC_BC keys of D f16 values: f16 rows r16, or float32 rows r32) -> [2D][FC_BC]: row
+ * d (< D) key j holds K[j][d]'s hi term twice, row D + d its lo term twice; keys n.. zero. */
+static inline void fc_pack_k_split(const uint16_t* const* r16, const float* const* r32, ptrdiff_t n, ptrdiff_t D,
+                                   uint32_t* out) {
     ptrdiff_t j0 = 0, d0 = 0;
 #if FC_HAVE_DPBF16
     for (; j0 + 16 <= n; j0 += 16)   /* 16 keys x 16 elements at a time, transposed in registers */
         for (d0 = 0; d0 + 16 <= D; d0 += 16) {
             __m512 w[16];
-            for (int j = 0; j < 16; j++)
-                w[j] = _mm512_castsi512_ps(fc_f16_split_words16(
-                    _mm256_loadu_si256((const __m256i*)(const void*)(rows[j0 + j] + d0))));
+            for (int j = 0; j < 16; j++) w[j] = _mm512_castsi512_ps(fc_split_words16_at(r16, r32, j0 + j, d0));
             fc_transpose_block(w);
             for (int d = 0; d < 16; d++) {
                 __m512i c = _mm512_castps_si512(w[d]);
@@ -114,7 +131,7 @@ static inline void fc_pack_k_split_f16(const uint16_t* const* rows, ptrdiff_t n,
     /* what the blocks left: the last D % 16 elements of their keys */
     for (ptrdiff_t j = 0; j < j0; j++)
         for (ptrdiff_t d = D / 16 * 16; d < D; d++) {
-            uint32_t w = fc_f16_split_word(rows[j][d]);
+            uint32_t w = fc_split_word_at(r16, r32, j, d);
             out[d * FC_BC + j] = fc_split_term_dup(w, 0);
             out[(D + d) * FC_BC + j] = fc_split_term_dup(w, 1);
         }
@@ -122,17 +139,24 @@ static inline void fc_pack_k_split_f16(const uint16_t* const* rows, ptrdiff_t n,
     (void)d0;
     for (ptrdiff_t j = j0; j < n; j++)
         for (ptrdiff_t d = 0; d < D; d++) {
-            uint32_t w = fc_f16_split_word(rows[j][d]);
+            uint32_t w = fc_split_word_at(r16, r32, j, d);
             out[d * FC_BC + j] = fc_split_term_dup(w, 0);
             out[(D + d) * FC_BC + j] = fc_split_term_dup(w, 1);
         }
     for (ptrdiff_t d = 0; d < 2 * D; d++)
         for (ptrdiff_t j = n; j < FC_BC; j++) out[d * FC_BC + j] = 0;
 }
+static inline void fc_pack_k_split_f16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    fc_pack_k_split(rows, NULL, n, D, out);
+}
+static inline void fc_pack_k_split_f32(const float* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    fc_pack_k_split(NULL, rows, n, D, out);
+}
 
-/* V rows (n <= FC_BC keys of D f16 values) -> [FC_BC][D]: key j's split words in row j; keys n..
- * zero. */
-static inline void fc_pack_v_split_f16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+/* V rows (n <= FC_BC keys of D f16 values, as fc_pack_k_split's) -> [FC_BC][D]: key j's split
+ * words in row j; keys n.. zero.  (The backward's dQ = dS K takes K's in this layout.) */
+static inline void fc_pack_v_split(const uint16_t* const* r16, const float* const* r32, ptrdiff_t n, ptrdiff_t D,
+                                   uint32_t* out) {
     for (ptrdiff_t j = 0; j < FC_BC; j++) {
         uint32_t* o = out + j * D;
         if (j >= n) {
@@ -141,11 +165,16 @@ static inline void fc_pack_v_split_f16(const uint16_t* const* rows, ptrdiff_t n,
         }
         ptrdiff_t d = 0;
 #if FC_HAVE_DPBF16
-        for (; d + 16 <= D; d += 16)
-            _mm512_storeu_si512(o + d, fc_f16_split_words16(_mm256_loadu_si256((const __m256i*)(const void*)(rows[j] + d))));
+        for (; d + 16 <= D; d += 16) _mm512_storeu_si512(o + d, fc_split_words16_at(r16, r32, j, d));
 #endif
-        for (; d < D; d++) o[d] = fc_f16_split_word(rows[j][d]);
+        for (; d < D; d++) o[d] = fc_split_word_at(r16, r32, j, d);
     }
+}
+static inline void fc_pack_v_split_f16(const uint16_t* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    fc_pack_v_split(rows, NULL, n, D, out);
+}
+static inline void fc_pack_v_split_f32(const float* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
+    fc_pack_v_split(NULL, rows, n, D, out);
 }
 
 /* P rows [nrows][ldp] of f16-valued floats (round_p's weights) -> each weight's high term twice,
@@ -192,27 +221,52 @@ static inline int fc_f16_all_finite(const uint16_t* x, ptrdiff_t n) {
     return !bad;
 }
 
+/* Whether n float32 values are all finite (the backward's widened f16 inputs) */
+static inline int fc_f32_all_finite(const float* x, ptrdiff_t n) {
+    ptrdiff_t i = 0;
+    int bad = 0;
+#if defined(__AVX512F__)
+    const __m512i e = _mm512_set1_epi32(0x7f800000);
+    __mmask16 any = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_and_si512(_mm512_loadu_si512(x + i), e);
+        any |= _mm512_cmpeq_epi32_mask(v, e);
+    }
+    bad = any != 0;
+#endif
+    for (; i < n; i++) bad |= (fc_f2u(x[i]) & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
 /* O += P V on the tiles from the split words: Pw (fc_split_p_f16's two planes, plane words apart,
- * rows ldpw words apart, keys up to ncols rounded to 16 written) and Vs (fc_pack_v_split_f16's,
- * this key tile's).  Per block of 16 keys, V's tile against P's high tile, then its low tile.  Rows in whole 16-row
- * tiles and columns in whole 16-column tiles go to the tiles; the rest to the float32 loops on P's
- * float32 rows and V's f16 rows (vrows16), the float32 kernel's sums. */
+ * rows ldpw words apart, keys up to ncols rounded to 16 written) and Vs (fc_pack_v_split's, this
+ * key tile's).  Per block of 16 keys, V's tile against P's high tile, then its low tile.  Rows in
+ * whole 16-row tiles and columns in whole 16-column tiles go to the tiles; the rest to the float32
+ * loops on P's float32 rows and V's f16 rows (vrows16) or float32 rows (vrows, vrows16 NULL: the
+ * backward's dQ = dS K on widened K), the float32 kernel's sums either way (fc_gemm.h fc_pv_rows_f32
+ * is fc_pv_f32's loop without its prefetch). */
 static inline void fc_pv_f16s_loops(const float* P, ptrdiff_t ldp, ptrdiff_t r0, ptrdiff_t nrows4, ptrdiff_t ncols,
-                                    const uint16_t* const* vrows16, ptrdiff_t c0, ptrdiff_t D, float* O,
-                                    ptrdiff_t ldo) {
-    const uint16_t* vr[FC_BC];
+                                    const uint16_t* const* vrows16, float* const* vrows, ptrdiff_t c0, ptrdiff_t D,
+                                    float* O, ptrdiff_t ldo) {
     if (r0 >= nrows4 || c0 >= D) return;
-    for (ptrdiff_t j = 0; j < ncols; j++) vr[j] = vrows16[j] + c0;
-    fc_pv_heads_h16(P + r0 * ldp, ldp, 1, nrows4 - r0, ncols, ncols, vr, D - c0, O + r0 * ldo + c0, ldo, 1);
+    if (vrows16) {
+        const uint16_t* vr[FC_BC];
+        for (ptrdiff_t j = 0; j < ncols; j++) vr[j] = vrows16[j] + c0;
+        fc_pv_heads_h16(P + r0 * ldp, ldp, 1, nrows4 - r0, ncols, ncols, vr, D - c0, O + r0 * ldo + c0, ldo, 1);
+    } else {
+        float* vr[FC_BC];
+        for (ptrdiff_t j = 0; j < ncols; j++) vr[j] = vrows[j] + c0;
+        fc_pv_rows_f32(P + r0 * ldp, ldp, nrows4 - r0, ncols, vr, D - c0, O + r0 * ldo + c0, ldo);
+    }
 }
 #if FC_HAVE_DPBF16
 #define FC_DEFINE_PV_F16S_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                         \
 static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t plane,   \
                  ptrdiff_t nrows4, ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16, \
-                 ptrdiff_t D, float* O, ptrdiff_t ldo) {                                         \
+                 float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {                    \
     ptrdiff_t rows_t = nrows4 / 16 * 16, cols_t = D / 16 * 16, keys = (ncols + 15) / 16 * 16;   \
     if (!rows_t || !cols_t || !ncols) {                                                          \
-        fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, 0, D, O, ldo);                       \
+        fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, vrows, 0, D, O, ldo);                \
         return;                                                                                  \
     }                                                                                            \
     long sa = (long)(ldpw * 4), sv = (long)(D * 4), so = (long)(ldo * 4);                        \
@@ -233,30 +287,96 @@ static void NAME(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ld
         }                                                                                        \
     }                                                                                            \
     RELEASE();                                                                                   \
-    fc_pv_f16s_loops(P, ldp, 0, rows_t, ncols, vrows16, cols_t, D, O, ldo);                      \
-    fc_pv_f16s_loops(P, ldp, rows_t, nrows4, ncols, vrows16, 0, D, O, ldo);                      \
+    fc_pv_f16s_loops(P, ldp, 0, rows_t, ncols, vrows16, vrows, cols_t, D, O, ldo);               \
+    fc_pv_f16s_loops(P, ldp, rows_t, nrows4, ncols, vrows16, vrows, 0, D, O, ldo);               \
 }
 FC_DEFINE_PV_F16S_AMX(fc_pv_f16s_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
                       FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
 #if FC_HAVE_AMX
 FC_DEFINE_PV_F16S_AMX(fc_pv_f16s_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
 #endif
+
+/* Ct += X^T P of the f16 backward (dV += P^T dO, dK += dS^T Q; fc_amx.h fc_tn_bf16t's layout, Ct
+ * [d][key] rows ldc apart) from the split words: the product contracts over query rows, one row
+ * per word: X's words (hi | lo << 16) of row r, column d at xt[d * rows_t + r] (built here, at
+ * most D * FC_AMX_TN_ROWS words) against P's planes (fc_split_p_f16: weight (r, j)'s high term
+ * twice, then its low term twice), per chunk of FC_AMX_TN_KEYS keys.  Per element the sum runs over
+ * the query rows in blocks of 16, the high plane's instruction then the low plane's.  Rows in
+ * whole 16-row blocks (at most FC_AMX_TN_ROWS), columns d and keys in whole 16-wide tiles go to the
+ * tiles; the rest to fc_tn_part_f32 (fc_tn_bf16t's edges). */
+#define FC_DEFINE_TN_F16S_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                         \
+static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,  \
+                 ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {           \
+    ptrdiff_t rows_t = nrows / 16 * 16, keys_t = ncols / 16 * 16, d_t = D / 16 * 16;            \
+    if (rows_t > FC_AMX_TN_ROWS) rows_t = FC_AMX_TN_ROWS;                                        \
+    if (!rows_t || !keys_t || !d_t) {                                                            \
+        fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, 0, D, Ct, ldc);                       \
+        return;                                                                                  \
+    }                                                                                            \
+    for (ptrdiff_t r = 0; r < rows_t; r++)                                                       \
+        for (ptrdiff_t d = 0; d < d_t; d++) xt[d * rows_t + r] = fc_f32_split_word(X[r * ldx + d]);  \
+    enum { plane = FC_AMX_TN_ROWS * FC_AMX_TN_KEYS };                                            \
+    uint32_t terms[2 * plane];                     /* [term][row][key of the chunk] */           \
+    long sx = (long)(rows_t * 4), sc = (long)(ldc * 4);                                          \
+    CFG(&fc_amx_config);                                                                         \
+    for (ptrdiff_t j0 = 0; j0 < keys_t; j0 += FC_AMX_TN_KEYS) {                                  \
+        ptrdiff_t w = keys_t - j0 < FC_AMX_TN_KEYS ? keys_t - j0 : FC_AMX_TN_KEYS;              \
+        fc_split_p_f16(P + j0, ldp, rows_t, w, terms, w, plane);                                 \
+        long sw = (long)(w * 4);                                                                 \
+        for (ptrdiff_t d = 0; d < d_t; d += 32) {                                                \
+            int twod = d + 32 <= d_t;                                                            \
+            for (ptrdiff_t j = 0; j < w; j += 32) {                                              \
+                int twoc = j + 32 <= w;                                                          \
+                float* c = Ct + d * ldc + j0 + j;                                                \
+                FC_AMX_C_BLOCK(LOAD, c, ldc, sc, twod, twoc);                                    \
+                for (ptrdiff_t k = 0; k < rows_t; k += 16) {                                     \
+                    LOAD(4, xt + d * rows_t + k, sx);                                            \
+                    if (twod) LOAD(5, xt + (d + 16) * rows_t + k, sx);                           \
+                    for (int t = 0; t < 2; t++)                                                  \
+                        FC_AMX_B_PRODUCTS(LOAD, DP, terms + t * plane + k * w + j, sw, twod, twoc); \
+                }                                                                                \
+                FC_AMX_C_BLOCK(STORE, c, ldc, sc, twod, twoc);                                   \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    RELEASE();                                                                                   \
+    if (rows_t < nrows) fc_tn_part_f32(P, ldp, rows_t, nrows, 0, keys_t, X, ldx, 0, d_t, Ct, ldc); \
+    if (keys_t < ncols) fc_tn_part_f32(P, ldp, 0, nrows, keys_t, ncols, X, ldx, 0, d_t, Ct, ldc); \
+    if (d_t < D) fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, d_t, D, Ct, ldc);            \
+}
+FC_DEFINE_TN_F16S_AMX(fc_tn_f16s_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
+                      FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
+#if FC_HAVE_AMX
+FC_DEFINE_TN_F16S_AMX(fc_tn_f16s_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
+#endif
 #endif   /* FC_HAVE_DPBF16 */
 
-/* the float32 loops with fc_pv_f16s_amx's arguments (never called where the split runs: it runs
- * only where the bf16 products take the tiles) */
+/* the float32 loops with fc_pv_f16s_amx's and fc_tn_f16s_amx's arguments (never called where the
+ * split runs: it runs only where the bf16 products take the tiles) */
 static inline void fc_pv_f16s_vec(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t plane,
                                   ptrdiff_t nrows4, ptrdiff_t ncols, const uint32_t* Vs,
-                                  const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo) {
+                                  const uint16_t* const* vrows16, float* const* vrows, ptrdiff_t D, float* O,
+                                  ptrdiff_t ldo) {
     (void)Pw; (void)ldpw; (void)plane; (void)Vs;
-    fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, 0, D, O, ldo);
+    fc_pv_f16s_loops(P, ldp, 0, nrows4, ncols, vrows16, vrows, 0, D, O, ldo);
 }
-/* O += P V of the mixed f16 flash with round_p on the tiles (fc_bf16_on_tiles), in the tile form
- * this CPU takes. */
+static inline void fc_tn_f16s_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,
+                                  ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {
+    (void)xt;
+    fc_tn_part_f32(P, ldp, 0, nrows, 0, ncols, X, ldx, 0, D, Ct, ldc);
+}
+/* O += P V of the mixed f16 flash with round_p (and the f16 backward's dQ = dS K) on the tiles
+ * (fc_bf16_on_tiles), in the tile form this CPU takes. */
 static inline void fc_pv_f16s(const float* P, ptrdiff_t ldp, const uint32_t* Pw, ptrdiff_t ldpw, ptrdiff_t plane,
                               ptrdiff_t nrows4, ptrdiff_t ncols, const uint32_t* Vs, const uint16_t* const* vrows16,
-                              ptrdiff_t D, float* O, ptrdiff_t ldo) {
+                              float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo) {
     FC_BY_SCORES_FORM(fc_pv_f16s_amx, fc_pv_f16s_amx_emulated, fc_pv_f16s_vec,
-                      (P, ldp, Pw, ldpw, plane, nrows4, ncols, Vs, vrows16, D, O, ldo));
+                      (P, ldp, Pw, ldpw, plane, nrows4, ncols, Vs, vrows16, vrows, D, O, ldo));
+}
+/* Ct += X^T P of the f16 backward with round_p on the tiles, in the tile form this CPU takes
+ * (xt: at most D * FC_AMX_TN_ROWS words of scratch). */
+static inline void fc_tn_f16s(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const float* X,
+                              ptrdiff_t ldx, ptrdiff_t D, float* Ct, ptrdiff_t ldc, uint32_t* xt) {
+    FC_BY_SCORES_FORM(fc_tn_f16s_amx, fc_tn_f16s_amx_emulated, fc_tn_f16s_vec, (P, ldp, nrows, ncols, X, ldx, D, Ct, ldc, xt));
 }
 #endif

@@ -106,24 +106,31 @@ cdef void pack_heads(real_t* k, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, 
 
 
 cdef inline void pack_head_tile_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t task, Py_ssize_t ntiles,
-                                      Py_ssize_t Sk, Py_ssize_t D, unsigned int* out, bint keys_paired) noexcept nogil:
+                                      Py_ssize_t Sk, Py_ssize_t D, unsigned int* out, bint keys_paired,
+                                      bint split) noexcept nogil:
     cdef float* rows[BC]
     cdef Py_ssize_t n = head_tile_rows(x, l, head0, task, ntiles, Sk, rows, NULL, 1)
-    if keys_paired:
+    if split and keys_paired:
+        fc_pack_v_split_f32(rows, n, D, out + task * BC * D)
+    elif split:
+        fc_pack_k_split_f32(rows, n, D, out + task * 2 * D * BC)
+    elif keys_paired:
         fc_pack_v_pairs_bf16(rows, n, D, out + task * (BC // 2) * D)
     else:
         fc_pack_k_pairs_bf16(rows, n, D, out + task * ((D + 1) // 2) * BC)
 
 
 cdef void pack_heads_pairs(float* x, Layout* l, Py_ssize_t head0, Py_ssize_t nheads, Py_ssize_t Sk, Py_ssize_t D,
-                           unsigned int* out, int nthreads, bint keys_paired=False) noexcept nogil:
+                           unsigned int* out, int nthreads, bint keys_paired=False, bint split=False) noexcept nogil:
     """Heads head0 .. head0 + nheads of bf16-valued K (laid out as l says) -> bf16 pairs
     [nheads][ceil(Sk/BC)][ceil(D/2)][BC] for fc_qk_dpbf16; keys_paired: bf16-valued V -> keys 2k
-    and 2k + 1 paired per column [nheads][ceil(Sk/BC)][BC/2][D] for the tile P V (fc_pv_bf16v)."""
+    and 2k + 1 paired per column [nheads][ceil(Sk/BC)][BC/2][D] for the tile P V (fc_pv_bf16v).
+    split: f16-valued rows -> their split words (fc_f16_tiles.h), [2D][BC] per tile for the scores,
+    or (keys_paired) [BC][D] per tile for fc_pv_f16s."""
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
     cdef Py_ssize_t task
     for task in prange(nheads * ntiles, schedule='static', num_threads=nthreads):
-        pack_head_tile_pairs(x, l, head0, task, ntiles, Sk, D, out, keys_paired)
+        pack_head_tile_pairs(x, l, head0, task, ntiles, Sk, D, out, keys_paired, split)
 
 
 cdef inline Py_ssize_t head_tile_rows16(const unsigned short* x, Layout* l, Py_ssize_t head0, Py_ssize_t task,
@@ -623,7 +630,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     rows16[jj] = vtrow16 + key_row(o, j0 + jj) * ldv
                 fc_split_p_f16(S, BC, nr4, nc, Pp, BC, BR_FLASH * BC)
                 fc_pv_f16s(S, BC, Pp, BC, BR_FLASH * BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * BC * D, rows16,
-                           D, O, D)
+                           NULL, D, O, D)
             elif rnd_t is RoundNone and real_t is float:
                 vtile = vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D
                 if p16:
@@ -1005,7 +1012,9 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     # held transposed ([D][Skp]) so that P and dS are read in the tiles' layout.  With round_p
     # (AttnOpts), P and dS are rounded to T before the three products they enter; for bf16 beside
     # vdpbf16ps scores (kvp: K's keys paired per column, as V's for the forward's P V) all five
-    # products then run on vdpbf16ps, dV and dK held transposed as on the tiles.
+    # products then run on vdpbf16ps, dV and dK held transposed as on the tiles.  o.f16s (f16 with
+    # round_p on the tiles): kpp/vpp hold K's and V's split words (2D per key) and kvp K's again
+    # per key ([BC][D] per tile), and all five products run from split words (fc_f16_tiles.h).
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), Skp = ntiles * BC, Sk4 = (Sk + NR - 1) // NR * NR
     cdef Py_ssize_t kvh = kv0 + task
@@ -1022,7 +1031,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef real_t* dSt = Pt + br * Skp
     cdef real_t* dKa = dSt + br * Skp
     cdef real_t* dVa = dKa + Skp * D
-    cdef Py_ssize_t D2 = (D + 1) // 2
+    # (o.f16s: 2D words per row, Q's and dO's split words, the scores' operands with D2 = 2D)
+    cdef Py_ssize_t D2 = 2 * D if o.f16s else (D + 1) // 2
     cdef unsigned int* Qp = <unsigned int*>(dVa + Skp * D)   # br * D2 each: Q and dO as bf16 pairs
     cdef unsigned int* dOp = Qp + br * D2
     cdef real_t* rows[BC]
@@ -1042,6 +1052,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef bint rvec = kvp != NULL and not tiles   # round_p's vdpbf16ps products (D even: _backward)
     cdef int nterms = 1 if o.round_p else 3
     cdef Py_ssize_t R2, nct
+    cdef bint split = False   # (o.f16s: this step's dS split too, every value finite)
     # dK and dV accumulate [key][D], or [D][Skp] (held transposed) on the tiles and under rvec
     cdef bint transposed = tiles or rvec
     cdef Py_ssize_t per_key = 1 if transposed else D, per_col = Skp if transposed else 1
@@ -1083,8 +1094,12 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
             copy_rows_padded(dout + ((b * sh.Hq + h) * Sq + i0) * D, nr, nr4, D, dOs)
             if kpp != NULL:
                 if rnd_t is RoundNone and real_t is float:
-                    fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
-                    fc_pair_rows_bf16(dOs, nr4, D, dOp, D2)
+                    if o.f16s:
+                        fc_split_q_rows_f32(Qs, D, nr4, D, Qp, D2)
+                        fc_split_q_rows_f32(dOs, D, nr4, D, dOp, D2)
+                    else:
+                        fc_pair_rows_bf16(Qs, nr4, D, Qp, D2)
+                        fc_pair_rows_bf16(dOs, nr4, D, dOp, D2)
                     for t in range(t0, t1):
                         nct = min(kend - t * BC, BC)
                         fc_qk_dpbf16(Qp, nr4, D2, kpp + (task * ntiles + t) * D2 * BC, S + (t - t0) * BC, Skp, nct)
@@ -1128,6 +1143,14 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
             for r in range(nr, nr4):
                 zero(S + r * Skp, Skp)
                 zero(dP + r * Skp, Skp)
+            if rnd_t is RoundNone and real_t is float and o.f16s:
+                # dS rounded to f16 may overflow to an infinity, which has no split: such a step
+                # keeps the float32 loops for dQ and dK (P is within [0, 1], dV's always split)
+                split = True
+                for r in range(nr):
+                    if not fc_f32_all_finite(dP + r * Skp, n):
+                        split = False
+                        break
             # dQ = scale * dS K
             zero(dQa, nr4 * D)
             for t in range(t0, t1):
@@ -1139,7 +1162,13 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     rows[j] = kbase + (j0 + j) * D
                 if kpp != NULL:  # bf16 K: on the tiles too where the scores are
                     if rnd_t is RoundNone and real_t is float:
-                        if rvec:   # (Tt is free once dS is done: it holds dS's pairs)
+                        if split:   # dS's planes in Pt and dSt (unused under float32 compute)
+                            fc_split_p_f16(dP + (j0 - kofs), Skp, nr4, nc, <unsigned int*>Pt, BC, br * BC)
+                            fc_pv_f16s(dP + (j0 - kofs), Skp, <unsigned int*>Pt, BC, br * BC, nr4, nc,
+                                       kvp + (task * ntiles + t) * BC * D, NULL, rows, D, dQa, D)
+                        elif o.f16s:
+                            fc_pv_f16s_loops(dP + (j0 - kofs), Skp, 0, nr4, nc, NULL, rows, 0, D, dQa, D)
+                        elif rvec:   # (Tt is free once dS is done: it holds dS's pairs)
                             fc_pv_dpbf16_vec(dP + (j0 - kofs), Skp, nr4, nc, kvp + (task * ntiles + t) * (BC // 2) * D,
                                              D, dQa, D, <unsigned int*>Tt, False)
                         else:
@@ -1158,7 +1187,13 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                         dP[r * Skp + j] = 0
                 # Qp is free once the scores are done: it holds X's pairs (at most D * br / 2
                 # words, within its br * D2)
-                if real_t is float and tiles:
+                if real_t is float and o.f16s:   # (xt: D * min(nr, FC_AMX_TN_ROWS) words in Qp)
+                    fc_tn_f16s(S, Skp, nr, n4, dOs, D, D, dVa + kofs, Skp, Qp)
+                    if split:
+                        fc_tn_f16s(dP, Skp, nr, n4, Qs, D, D, dKa + kofs, Skp, Qp)
+                    else:
+                        fc_tn_part_f32(dP, Skp, 0, nr, 0, n4, Qs, D, 0, D, dKa + kofs, Skp)
+                elif real_t is float and tiles:
                     fc_tn_bf16t(S, Skp, nr, n4, dOs, D, D, dVa + kofs, Skp, Qp, nterms)
                     fc_tn_bf16t(dP, Skp, nr, n4, Qs, D, D, dKa + kofs, Skp, Qp, nterms)
                 elif real_t is float and rvec:

@@ -121,11 +121,20 @@ cdef extern from "fc_simd.h" nogil:
     void fc_pack_v_split_f16(const unsigned short** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
     void fc_split_p_f16(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols, unsigned int* out,
                         Py_ssize_t ldo, Py_ssize_t plane)
+    void fc_pack_k_split_f32(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
+    void fc_pack_v_split_f32(float** rows, Py_ssize_t n, Py_ssize_t D, unsigned int* out)
     void fc_pv_f16s(const float* P, Py_ssize_t ldp, const unsigned int* Pw, Py_ssize_t ldpw, Py_ssize_t plane,
-                    Py_ssize_t nrows4,
-                    Py_ssize_t ncols, const unsigned int* Vs, const unsigned short** vrows16, Py_ssize_t D,
-                    float* O, Py_ssize_t ldo)
+                    Py_ssize_t nrows4, Py_ssize_t ncols, const unsigned int* Vs, const unsigned short** vrows16,
+                    float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_f16s_loops(const float* P, Py_ssize_t ldp, Py_ssize_t r0, Py_ssize_t nrows4, Py_ssize_t ncols,
+                          const unsigned short** vrows16, float** vrows, Py_ssize_t c0, Py_ssize_t D, float* O,
+                          Py_ssize_t ldo)
+    void fc_tn_f16s(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols, const float* X,
+                    Py_ssize_t ldx, Py_ssize_t D, float* Ct, Py_ssize_t ldc, unsigned int* xt)
+    void fc_tn_part_f32(const float* P, Py_ssize_t ldp, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t j0, Py_ssize_t j1,
+                        const float* X, Py_ssize_t ldx, Py_ssize_t d0, Py_ssize_t d1, float* Ct, Py_ssize_t ldc)
     bint fc_f16_all_finite(const unsigned short* x, Py_ssize_t n)
+    bint fc_f32_all_finite(const float* x, Py_ssize_t n)
 
     # fc_exp.h: softmax row passes
     bint FC_ROWRED_IN_C
