@@ -665,6 +665,9 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     # round_p's vdpbf16ps products need K's keys paired per column (for dQ = dS K) and an even D
     # (dV^T and dK^T take D as rows in pairs); else P and dS are rounded for the other forms
     cdef bint kv_pairs = bf16_pairs and round_p == 1 and not fc_bf16_on_tiles() and sh.D % 2 == 0
+    # on the tiles dQ = dS K takes K's keys paired per column too, packed once per kv head instead
+    # of per step and column chunk (the same pairs, so the same sums)
+    cdef bint k_keys = kv_pairs or (bf16_pairs and fc_bf16_on_tiles())
     cdef Py_ssize_t nq = sh.B * sh.Hq * sh.Sq * sh.D, nk = sh.B * sh.Hkv * sh.Sk * sh.D
     cdef bint f16s = False
     if real_t is float and rnd_t is RoundNone and not bf16_pairs and _f16_split(round_p):
@@ -687,14 +690,14 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     cdef Py_ssize_t packed = 0 if words else _up64(chunk * per_head * sizeof(real_t))
     cdef Py_ssize_t pairs = _up64(chunk * ntiles * D2 * BC * sizeof(unsigned int)) if words else 0
     cdef Py_ssize_t kvpairs = (_up64(chunk * ntiles * (BC if f16s else BC // 2) * sh.D * sizeof(unsigned int))
-                               if kv_pairs or f16s else 0)
+                               if k_keys or f16s else 0)
     buf = _scratch("backward", 2 * packed + 2 * pairs + kvpairs + nt * per_thread * sizeof(real_t))
     cdef char* base = _aligned(buf)
     cdef real_t* ktp = <real_t*>base
     cdef real_t* vtp = <real_t*>(base + packed)
     cdef unsigned int* kpp_p = <unsigned int*>(base + 2 * packed) if words else NULL
     cdef unsigned int* vpp_p = <unsigned int*>(base + 2 * packed + pairs) if words else NULL
-    cdef unsigned int* kvp_p = <unsigned int*>(base + 2 * packed + 2 * pairs) if kv_pairs or f16s else NULL
+    cdef unsigned int* kvp_p = <unsigned int*>(base + 2 * packed + 2 * pairs) if k_keys or f16s else NULL
     cdef real_t* scratch = <real_t*>(base + 2 * packed + 2 * pairs + kvpairs)
     cdef Py_ssize_t kv0, nkv
     cdef fc_interrupt it
@@ -708,7 +711,7 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
                 if words:
                     pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kpp_p, nt, False, f16s)
                     pack_heads_pairs(<float*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vpp_p, nt, False, f16s)
-                if kv_pairs or f16s:
+                if k_keys or f16s:
                     pack_heads_pairs(<float*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, kvp_p, nt, True, f16s)
             if not words:
                 pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)

@@ -1012,7 +1012,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     # held transposed ([D][Skp]) so that P and dS are read in the tiles' layout.  With round_p
     # (AttnOpts), P and dS are rounded to T before the three products they enter; for bf16 beside
     # vdpbf16ps scores (kvp: K's keys paired per column, as V's for the forward's P V) all five
-    # products then run on vdpbf16ps, dV and dK held transposed as on the tiles.  o.f16s (f16 with
+    # products then run on vdpbf16ps, dV and dK held transposed as on the tiles; on the tiles kvp
+    # (the same pairs) serves dQ = dS K's tiles, packed once per kv head.  o.f16s (f16 with
     # round_p on the tiles): kpp/vpp hold K's and V's split words (2D per key) and kvp K's again
     # per key ([BC][D] per tile), and all five products run from split words (fc_f16_tiles.h).
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
@@ -1172,8 +1173,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                             fc_pv_dpbf16_vec(dP + (j0 - kofs), Skp, nr4, nc, kvp + (task * ntiles + t) * (BC // 2) * D,
                                              D, dQa, D, <unsigned int*>Tt, False)
                         else:
-                            fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D, NULL,
-                                        nterms)
+                            fc_pv_bf16v(dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D,
+                                        kvp + (task * ntiles + t) * (BC // 2) * D if kvp != NULL else NULL, nterms)
                 else:
                     pv_accum_contig(tag, dP + (j0 - kofs), Skp, nr4, nc, kbase + j0 * D, D, rows, D, dQa, D)
             for r in range(nr):
