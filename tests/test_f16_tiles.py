@@ -137,6 +137,26 @@ def test_f16_tile_bits_do_not_depend_on_threads(name):
         assert one == two, form
 
 
+def _one_bad_sequence(call, good, bad, n0):
+    """call(keys) -> a tuple of row-major results; the first n0 rows belong to the sequence that
+    `bad` spoils: those rows take the float32 loops' bits, the rest the tiles' bits of `good`."""
+    got, dps = _emulated_dps(lambda: call(bad))
+    assert dps > 0
+    clean, _ = _emulated_dps(lambda: call(good))
+    c = core()
+    try:
+        c._test_f16_split(False)
+        loops, loop_dps = _emulated_dps(lambda: call(bad))
+        loops_clean, _ = _emulated_dps(lambda: call(good))
+    finally:
+        c._test_f16_split(True)
+    assert loop_dps == 0
+    head, tail = (lambda r: tuple(x[:n0] for x in r)), (lambda r: tuple(x[n0:] for x in r))
+    assert bits(head(got)) == bits(head(loops))
+    assert bits(tail(got)) == bits(tail(clean))
+    assert bits(tail(clean)) != bits(tail(loops_clean))   # (so the tiles' bits are not the loops')
+
+
 @needs_tiles
 def test_a_nan_in_one_varlen_sequence_leaves_the_others_on_the_tiles():
     """attention_varlen checks each sequence's keys and values as it gathers them: the sequence
@@ -146,22 +166,7 @@ def test_a_nan_in_one_varlen_sequence_leaves_the_others_on_the_tiles():
     q, k, v = (rng.standard_normal((220, 2, 32)).astype(np.float16) for _ in range(3))
     bad = k.copy()
     bad[7, 0, 3] = np.nan
-    call = lambda kk: fuel_cy.attention_varlen(q, kk, v, cu, cu, causal=True)
-    got, dps = _emulated_dps(lambda: call(bad))
-    assert dps > 0
-    clean, _ = _emulated_dps(lambda: call(k))
-    c = core()
-    try:
-        c._test_f16_split(False)
-        loops, loop_dps = _emulated_dps(lambda: call(bad))
-        loops_clean, _ = _emulated_dps(lambda: call(k))
-    finally:
-        c._test_f16_split(True)
-    assert loop_dps == 0
-    assert bits(got[:100]) == bits(loops[:100])
-    assert bits(got[100:]) == bits(clean[100:])
-    assert bits(clean[100:]) != bits(loops_clean[100:])   # (so the tiles' bits are not the loops')
-
+    _one_bad_sequence(lambda kk: (fuel_cy.attention_varlen(q, kk, v, cu, cu, causal=True),), k, bad, 100)
 
 # ---- the f16 backward with round_p: its five products from the same split words ------------------
 
@@ -258,3 +263,16 @@ def test_f16_backward_tile_bits_do_not_depend_on_threads(name):
         finally:
             fuel_cy.set_num_threads(0)
         assert one == two, form
+
+
+@needs_tiles
+def test_a_nan_in_one_varlen_sequence_leaves_the_others_backward_on_the_tiles():
+    """attention_varlen_backward checks each sequence's gathered q, k, v and dO: the sequence
+    holding the NaN gets the float32 loops' gradients, the other the tiles' it gets without it."""
+    rng = np.random.default_rng(25)
+    cu = np.array([0, 100, 220], np.int32)
+    q, k, v, do = (rng.standard_normal((220, 2, 32)).astype(np.float16) for _ in range(4))
+    bad = k.copy()
+    bad[7, 0, 3] = np.nan
+    _one_bad_sequence(lambda kk: tuple(fuel_cy.attention_varlen_backward(q, kk, v, do, cu, cu, causal=True)),
+                      k, bad, 100)
