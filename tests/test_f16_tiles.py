@@ -60,6 +60,16 @@ def _emulated_dps(fn):
         c._test_bf16_score_form(chosen)
 
 
+def _split_off(fn):
+    """_emulated_dps(fn) with the f16 split switched off (the float32 loops), then on again."""
+    c = core()
+    try:
+        c._test_f16_split(False)
+        return _emulated_dps(fn)
+    finally:
+        c._test_f16_split(True)
+
+
 needs_tiles = pytest.mark.skipif(not core()._TEST_HAVE_DPBF16,
                                  reason="this CPU level has no bf16 tile form (the f16 flash takes the float32 loops)")
 
@@ -143,13 +153,8 @@ def _one_bad_sequence(call, good, bad, n0):
     got, dps = _emulated_dps(lambda: call(bad))
     assert dps > 0
     clean, _ = _emulated_dps(lambda: call(good))
-    c = core()
-    try:
-        c._test_f16_split(False)
-        loops, loop_dps = _emulated_dps(lambda: call(bad))
-        loops_clean, _ = _emulated_dps(lambda: call(good))
-    finally:
-        c._test_f16_split(True)
+    loops, loop_dps = _split_off(lambda: call(bad))
+    loops_clean, _ = _split_off(lambda: call(good))
     assert loop_dps == 0
     head, tail = (lambda r: tuple(x[:n0] for x in r)), (lambda r: tuple(x[n0:] for x in r))
     assert bits(head(got)) == bits(head(loops))
@@ -211,12 +216,7 @@ def test_f16_backward_inputs_holding_an_infinity_or_a_nan_keep_the_float32_loops
     call = lambda: _backward_call(name, arrays["q"], arrays["k"], arrays["v"], arrays["do"], True, round_p=True)
     got, dps = _emulated_dps(call)
     assert dps == 0
-    c = core()
-    try:
-        c._test_f16_split(False)
-        loops, _ = _emulated_dps(call)
-    finally:
-        c._test_f16_split(True)
+    loops, _ = _split_off(call)
     assert bits(tuple(got)) == bits(tuple(loops))
 
 
@@ -231,12 +231,7 @@ def test_an_f16_step_whose_ds_overflows_keeps_the_float32_loops_for_dq_and_dk():
     do = (do.astype(np.float32) * 200).astype(np.float16)
     call = lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do, round_p=True)
     got, dps = _emulated_dps(call)
-    c = core()
-    try:
-        c._test_f16_split(False)
-        loops, _ = _emulated_dps(call)
-    finally:
-        c._test_f16_split(True)
+    loops, _ = _split_off(call)
     assert dps > 0
     dq, dk = (g.astype(np.float64) for g in got[:2])
     assert not np.all(np.isfinite(dq)) and not np.all(np.isfinite(dk))   # (the case is hit)

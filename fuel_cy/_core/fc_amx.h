@@ -201,6 +201,29 @@ static inline void fc_split_bf16(const float* p, int nterms, uint32_t* const* ou
             if (two_cols) DP(3, 5, 7);                                                           \
         }                                                                                        \
     } while (0)
+/* One key chunk of C^T += X^T P on the tiles (fc_tn_amx, fc_f16_tiles.h fc_tn_f16s_amx): per 32 x 32
+ * block of Ct (columns d of X, keys j of the chunk: w keys, from key j0), the A tiles from xt
+ * (column d's kx words, per 16 of them) against each of the nterms B planes (plane words apart,
+ * rows of w words), then the block stored back. */
+#define FC_AMX_TN_CHUNK(LOAD, STORE, DP, xt, kx, terms, plane, nterms, w, j0, d_t, Ct, ldc)       \
+    do {                                                                                         \
+        long sx_ = (long)((kx) * 4), sw_ = (long)((w) * 4), sc_ = (long)((ldc) * 4);             \
+        for (ptrdiff_t d = 0; d < (d_t); d += 32) {                                              \
+            int twod = d + 32 <= (d_t);                                                          \
+            for (ptrdiff_t j = 0; j < (w); j += 32) {                                            \
+                int twoc = j + 32 <= (w);                                                        \
+                float* c = (Ct) + d * (ldc) + (j0) + j;                                          \
+                FC_AMX_C_BLOCK(LOAD, c, ldc, sc_, twod, twoc);                                   \
+                for (ptrdiff_t k = 0; k < (kx); k += 16) {                                       \
+                    LOAD(4, (xt) + d * (kx) + k, sx_);                                           \
+                    if (twod) LOAD(5, (xt) + (d + 16) * (kx) + k, sx_);                          \
+                    for (int t = 0; t < (nterms); t++)                                           \
+                        FC_AMX_B_PRODUCTS(LOAD, DP, (terms) + t * (plane) + k * (w) + j, sw_, twod, twoc); \
+                }                                                                                \
+                FC_AMX_C_BLOCK(STORE, c, ldc, sc_, twod, twoc);                                  \
+            }                                                                                    \
+        }                                                                                        \
+    } while (0)
 #define FC_DEFINE_PV_AMX(NAME, CFG, ZERO, LOAD, STORE, DP, RELEASE)                              \
 static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols, const float* V,  \
                  ptrdiff_t ldv, float* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo,      \
@@ -311,32 +334,17 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
     for (ptrdiff_t d = 0; d < d_t; d++)                                                          \
         for (ptrdiff_t k = 0; k < kp; k++)                                                       \
             xt[d * kp + k] = (fc_f2u(X[2 * k * ldx + d]) >> 16) | (fc_f2u(X[(2 * k + 1) * ldx + d]) & 0xffff0000u); \
-    uint32_t terms[3][FC_AMX_TN_ROWS / 2 * FC_AMX_TN_KEYS];   /* [term][pair][key of the chunk] */ \
-    long sx = (long)(kp * 4), sc = (long)(ldc * 4);                                              \
+    enum { plane = FC_AMX_TN_ROWS / 2 * FC_AMX_TN_KEYS };                                       \
+    uint32_t terms[3 * plane];                     /* [term][pair][key of the chunk] */          \
     CFG(&fc_amx_config);                                                                         \
     for (ptrdiff_t j0 = 0; j0 < keys_t; j0 += FC_AMX_TN_KEYS) {                                  \
         ptrdiff_t w = keys_t - j0 < FC_AMX_TN_KEYS ? keys_t - j0 : FC_AMX_TN_KEYS;              \
         for (ptrdiff_t k = 0; k < kp; k++)                                                       \
             for (ptrdiff_t j = 0; j < w; j += 16) {                                              \
-                uint32_t* out[3] = {terms[0] + k * w + j, terms[1] + k * w + j, terms[2] + k * w + j}; \
+                uint32_t* out[3] = {terms + k * w + j, terms + plane + k * w + j, terms + 2 * plane + k * w + j}; \
                 fc_split_pair_bf16(P + 2 * k * ldp + j0 + j, P + (2 * k + 1) * ldp + j0 + j, nterms, out); \
             }                                                                                    \
-        long sw = (long)(w * 4);                                                                 \
-        for (ptrdiff_t d = 0; d < d_t; d += 32) {                                                \
-            int twod = d + 32 <= d_t;                                                            \
-            for (ptrdiff_t j = 0; j < w; j += 32) {                                              \
-                int twoc = j + 32 <= w;                                                          \
-                float* c = Ct + d * ldc + j0 + j;                                                \
-                FC_AMX_C_BLOCK(LOAD, c, ldc, sc, twod, twoc);                                    \
-                for (ptrdiff_t k = 0; k < kp; k += 16) {                                         \
-                    LOAD(4, xt + d * kp + k, sx);                                                \
-                    if (twod) LOAD(5, xt + (d + 16) * kp + k, sx);                               \
-                    for (int t = 0; t < nterms; t++)                                             \
-                        FC_AMX_B_PRODUCTS(LOAD, DP, terms[t] + k * w + j, sw, twod, twoc);       \
-                }                                                                                \
-                FC_AMX_C_BLOCK(STORE, c, ldc, sc, twod, twoc);                                   \
-            }                                                                                    \
-        }                                                                                        \
+        FC_AMX_TN_CHUNK(LOAD, STORE, DP, xt, kp, terms, plane, nterms, w, j0, d_t, Ct, ldc);      \
     }                                                                                            \
     RELEASE();                                                                                   \
     if (rows_t < nrows) fc_tn_part_f32(P, ldp, rows_t, nrows, 0, keys_t, X, ldx, 0, d_t, Ct, ldc); \

@@ -204,39 +204,42 @@ static inline void fc_split_p_f16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows
     }
 }
 
-/* Whether n f16 values (bits) are all finite: the split's precondition */
-static inline int fc_f16_all_finite(const uint16_t* x, ptrdiff_t n) {
-    ptrdiff_t i = 0;
-    int bad = 0;
+/* Whether n values are all finite, read as their bits (T: uint16_t for f16, uint32_t for float32),
+ * EXP the exponent field: the split's precondition.  LANES values per vector of VT lanes. */
+#define FC_DEFINE_ALL_FINITE(NAME, ELEM, T, EXP, ISA, LANES, MASKT, SET1, CMPEQ)                 \
+static inline int NAME(const ELEM* xs, ptrdiff_t n) {                                            \
+    const unsigned char* x = (const unsigned char*)xs;                                           \
+    ptrdiff_t i = 0;                                                                             \
+    int bad = 0;                                                                                 \
+    FC_IF_##ISA(                                                                                 \
+        const __m512i e = SET1(EXP);                                                             \
+        MASKT any = 0;                                                                           \
+        for (; i + LANES <= n; i += LANES)                                                       \
+            any |= CMPEQ(_mm512_and_si512(_mm512_loadu_si512(x + i * sizeof(T)), e), e);         \
+        bad = any != 0;)                                                                         \
+    for (; i < n; i++) {                                                                         \
+        T u;                                                                                     \
+        memcpy(&u, x + i * sizeof(T), sizeof(T));                                                \
+        bad |= (u & (EXP)) == (EXP);                                                             \
+    }                                                                                            \
+    return !bad;                                                                                 \
+}
 #if defined(__AVX512BW__)
-    const __m512i e = _mm512_set1_epi16(0x7c00);
-    __mmask32 any = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512i v = _mm512_and_si512(_mm512_loadu_si512(x + i), e);
-        any |= _mm512_cmpeq_epi16_mask(v, e);
-    }
-    bad = any != 0;
+#define FC_IF_AVX512BW(...) __VA_ARGS__
+#else
+#define FC_IF_AVX512BW(...)
 #endif
-    for (; i < n; i++) bad |= (x[i] & 0x7c00) == 0x7c00;
-    return !bad;
-}
-
-/* Whether n float32 values are all finite (the backward's widened f16 inputs) */
-static inline int fc_f32_all_finite(const float* x, ptrdiff_t n) {
-    ptrdiff_t i = 0;
-    int bad = 0;
 #if defined(__AVX512F__)
-    const __m512i e = _mm512_set1_epi32(0x7f800000);
-    __mmask16 any = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i v = _mm512_and_si512(_mm512_loadu_si512(x + i), e);
-        any |= _mm512_cmpeq_epi32_mask(v, e);
-    }
-    bad = any != 0;
+#define FC_IF_AVX512F(...) __VA_ARGS__
+#else
+#define FC_IF_AVX512F(...)
 #endif
-    for (; i < n; i++) bad |= (fc_f2u(x[i]) & 0x7f800000u) == 0x7f800000u;
-    return !bad;
-}
+/* f16 values (bits): the entries' scan of q, k, v in storage */
+FC_DEFINE_ALL_FINITE(fc_f16_all_finite, uint16_t, uint16_t, 0x7c00, AVX512BW, 32, __mmask32, _mm512_set1_epi16,
+                     _mm512_cmpeq_epi16_mask)
+/* float32 values: the backward's widened f16 inputs */
+FC_DEFINE_ALL_FINITE(fc_f32_all_finite, float, uint32_t, 0x7f800000, AVX512F, 16, __mmask16, _mm512_set1_epi32,
+                     _mm512_cmpeq_epi32_mask)
 
 /* O += P V on the tiles from the split words: Pw (fc_split_p_f16's two planes, plane words apart,
  * rows ldpw words apart, keys up to ncols rounded to 16 written) and Vs (fc_pack_v_split's, this
@@ -317,27 +320,11 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
         for (ptrdiff_t d = 0; d < d_t; d++) xt[d * rows_t + r] = fc_f32_split_word(X[r * ldx + d]);  \
     enum { plane = FC_AMX_TN_ROWS * FC_AMX_TN_KEYS };                                            \
     uint32_t terms[2 * plane];                     /* [term][row][key of the chunk] */           \
-    long sx = (long)(rows_t * 4), sc = (long)(ldc * 4);                                          \
     CFG(&fc_amx_config);                                                                         \
     for (ptrdiff_t j0 = 0; j0 < keys_t; j0 += FC_AMX_TN_KEYS) {                                  \
         ptrdiff_t w = keys_t - j0 < FC_AMX_TN_KEYS ? keys_t - j0 : FC_AMX_TN_KEYS;              \
         fc_split_p_f16(P + j0, ldp, rows_t, w, terms, w, plane);                                 \
-        long sw = (long)(w * 4);                                                                 \
-        for (ptrdiff_t d = 0; d < d_t; d += 32) {                                                \
-            int twod = d + 32 <= d_t;                                                            \
-            for (ptrdiff_t j = 0; j < w; j += 32) {                                              \
-                int twoc = j + 32 <= w;                                                          \
-                float* c = Ct + d * ldc + j0 + j;                                                \
-                FC_AMX_C_BLOCK(LOAD, c, ldc, sc, twod, twoc);                                    \
-                for (ptrdiff_t k = 0; k < rows_t; k += 16) {                                     \
-                    LOAD(4, xt + d * rows_t + k, sx);                                            \
-                    if (twod) LOAD(5, xt + (d + 16) * rows_t + k, sx);                           \
-                    for (int t = 0; t < 2; t++)                                                  \
-                        FC_AMX_B_PRODUCTS(LOAD, DP, terms + t * plane + k * w + j, sw, twod, twoc); \
-                }                                                                                \
-                FC_AMX_C_BLOCK(STORE, c, ldc, sc, twod, twoc);                                   \
-            }                                                                                    \
-        }                                                                                        \
+        FC_AMX_TN_CHUNK(LOAD, STORE, DP, xt, rows_t, terms, plane, 2, w, j0, d_t, Ct, ldc);       \
     }                                                                                            \
     RELEASE();                                                                                   \
     if (rows_t < nrows) fc_tn_part_f32(P, ldp, rows_t, nrows, 0, keys_t, X, ldx, 0, d_t, Ct, ldc); \
