@@ -362,6 +362,43 @@ def test_rounded_softmax_exp_is_fc_expf_on_every_value_of_t(target):
     assert np.array_equal(vec.view(np.uint32), scalar.view(np.uint32))
 
 
+def test_vector_exp_is_fc_expf_across_the_float_range():
+    """flash's rescaling factors exp(m_old - m_new) take fc_expf_tv on whole vectors
+    (fc_rescale_factors_f32) where they took the scalar fc_expf; their inputs are any float, so
+    the two are compared bit for bit on 2^22 floats spread over all 2^32 bit patterns (every
+    1024th, from a random offset: both signs, every exponent, subnormals, infinities, NaNs) and
+    the clamps' edges.  (All 2^32 were compared at every level when this was written.)"""
+    offset = int(np.random.default_rng(3).integers(1024))
+    x = (np.arange(offset, 2**32, 1024, dtype=np.uint64).astype(np.uint32)).view(np.float32)
+    edges = np.array([88.7228, 88.72281, 88.72283, -86.5, -86.50001, -87.3, -103.97, 0.0, -0.0], np.float32)
+    x = np.concatenate([x, edges, np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(-np.inf))])
+    vec, scalar = core()._test_expf_tv(x), core()._test_expf(x)
+    assert np.array_equal(vec.view(np.uint32), scalar.view(np.uint32))
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 64])
+def test_rescaling_factors_are_the_scalar_rules_on_whole_vectors(n):
+    """fc_rescale_factors_f32 (all of a tile's rows at once): 1 where the running max stayed put
+    (including -inf and +inf kept), 0 where the row had no max yet, else fc_expf(m_old - m_new),
+    NaN where either max is NaN; any count of rows (vector tails)."""
+    rng = np.random.default_rng(n)
+    special = np.array([-np.inf, np.inf, np.nan, 0.0, -3.0, 1e30, -1e30, 90.0], np.float32)
+    m_old = np.concatenate([rng.standard_normal(n) * 20, special]).astype(np.float32)[:n]
+    m_new = m_old.copy()
+    moved = rng.random(n) < 0.6
+    m_new[moved] = (m_old[moved] + np.abs(rng.standard_normal(moved.sum()) * 30)).astype(np.float32)
+    m_new[rng.random(n) < 0.2] = np.float32(np.nan)
+    m_old[: n // 3][rng.random(n // 3) < 0.5] = -np.inf
+    got = core()._test_rescale_factors(m_old, m_new)
+    with np.errstate(invalid="ignore"):
+        want = core()._test_expf((m_old - m_new).astype(np.float32))
+    want[m_new == m_old] = 1
+    want[(m_old == -np.inf) & (m_new > m_old)] = 0
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))
+
+
 def test_the_exp_pass_for_masked_rows_gives_the_plain_passs_bits():
     """Rows holding masked scores take an exp pass that skips the final scaling of the lanes at or
     below -110 (an underflow there costs a microcode assist per lane on Intel cores): the same

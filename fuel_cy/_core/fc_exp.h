@@ -436,6 +436,27 @@ static inline fc_vec_f32 fc_expf_tv(fc_vec_f32 x) {
     y = fc_select_f32((fc_i32v)(x > zero + 88.7228f), zero + INFINITY, y);
     return fc_select_f32(isnum, y, x);
 }
+/* flash's rescaling factors of a tile's rows, on whole vectors: alpha[r] = 1 where the running max
+ * stayed put (m_new[r] == m_old[r]), 0 where the row had none yet (m_old[r] = -inf below m_new[r]),
+ * else fc_expf(m_old[r] - m_new[r]).  The scalar exp per moved row sat on a chain of ~20 dependent
+ * operations between a row's exp pass and the next (~4% of a bf16 flash call, perf); here all
+ * rows take it at once.  fc_expf_tv gives fc_expf's bits on every float (the tests compare them
+ * across the float range at every level), so the factors are the scalar ones. */
+static inline void fc_rescale_factors_f32(const float* m_old, const float* m_new, ptrdiff_t n, float* alpha) {
+    const fc_vec_f32 zero = {0};
+    for (ptrdiff_t i = 0; i < n; i += FC_W32) {
+        float mo[FC_W32] = {0}, mn[FC_W32] = {0};
+        ptrdiff_t w = n - i < FC_W32 ? n - i : FC_W32;
+        memcpy(mo, m_old + i, (size_t)w * 4);
+        memcpy(mn, m_new + i, (size_t)w * 4);
+        fc_vec_f32 a = fc_load_f32(mo), b = fc_load_f32(mn);
+        fc_vec_f32 e = fc_expf_tv(a - b);
+        e = fc_select_f32((fc_i32v)((a == zero - INFINITY) & (b > a)), zero, e);
+        e = fc_select_f32((fc_i32v)(b == a), zero + 1.0f, e);
+        fc_store_f32(mo, e);
+        memcpy(alpha + i, mo, (size_t)w * 4);
+    }
+}
 /* ... and blocks.pxi dot16 (lane l = R(lane l + R(a * b)), lanes then added in order), the
  * backward's dS row (dP[j] = R(P[j] * R(dP[j] - delta)), no softcap), softmax_row's
  * normalization (s[j] = R(s[j] / total)) and scale_row (s[j] = R(s[j] * a), flash's output

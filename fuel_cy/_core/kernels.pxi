@@ -340,6 +340,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t alphas[BR_FLASH]
     cdef real_t totals[BR_FLASH]
     cdef bint live[BR_FLASH]
+    # float32 compute: each row's new running max, its factor and its weights' sum taken after
+    # the tile's rows, the factors for all of them at once (fc_rescale_factors_f32)
+    cdef real_t mnew[BR_FLASH]
+    cdef bint defer = rnd_t is RoundNone and real_t is float
     cdef Py_ssize_t nrow, ilast
     # attention_masked's masks at the tile's first row (key 0) and the step between its rows
     cdef const unsigned char* mrow0 = NULL
@@ -566,6 +570,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 mt = row_max(srow, nc)
             mn = mt if (mt > m[r] or mt != mt) else m[r]
             live[r] = False
+            mnew[r] = m[r]
             if mn == -INFINITY or nrow == 0:  # nothing attended yet, or nothing in this tile
                 zero(srow, nc)
                 if p16:
@@ -575,7 +580,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 continue
             # (a max that stayed put: exp(0) is 1 exactly; a row's first scores: exp(-inf) is 0;
             # so no scalar exp on most rows)
-            alpha = 1 if mn == m[r] else (0 if m[r] == -INFINITY and mn > m[r] else EXP(tag, R(tag, m[r] - mn)))
+            if defer:
+                alpha = 1   # (below)
+            else:
+                alpha = 1 if mn == m[r] else (0 if m[r] == -INFINITY and mn > m[r] else EXP(tag, R(tag, m[r] - mn)))
             # scale 1 is exact (transformed rows: nrow == nc)
             if rnd_t is not RoundNone:  # l[r] after the rows (below)
                 exp_scaled_lanes(tag, srow, nrow, scale if plain else 1, mn, lanes + r * NL)
@@ -590,11 +598,26 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, rp_exp, not plain)
                 else:
                     li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
-                l[r] = R(tag, R(tag, l[r] * alpha) + li)
+                if defer:
+                    mnew[r] = mn
+                    totals[r] = li
+                    live[r] = True
+                else:
+                    l[r] = R(tag, R(tag, l[r] * alpha) + li)
             zero(srow + nrow, nc - nrow)
+            if defer:
+                continue
             if alpha != 1:
                 scale_row(tag, O + r * D, D, alpha)
             m[r] = mn
+        if rnd_t is RoundNone and real_t is float:
+            fc_rescale_factors_f32(m, mnew, nr, alphas)
+            for r in range(nr):
+                if live[r]:
+                    l[r] = R(tag, R(tag, l[r] * alphas[r]) + totals[r])
+                    if alphas[r] != 1:
+                        scale_row(tag, O + r * D, D, alphas[r])
+                    m[r] = mnew[r]
         if rnd_t is not RoundNone:
             lane_totals(tag, lanes, nr, totals)
             for r in range(nr):

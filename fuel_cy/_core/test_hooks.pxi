@@ -303,6 +303,17 @@ def _test_exp_scaled_sum_f32(float[::1] s, float scale, float m):
     return fc_exp_scaled_sum_f32(&s[0], s.shape[0], scale, m)
 
 
+def _test_rescale_factors(float[::1] m_old, float[::1] m_new):
+    """Testing hook: flash's rescaling factors of a tile's rows (fc_rescale_factors_f32)."""
+    out = _np.empty(m_old.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    if m_old.shape[0] != m_new.shape[0]:
+        raise ValueError("m_old and m_new differ in length")
+    if m_old.shape[0]:
+        fc_rescale_factors_f32(&m_old[0], &m_new[0], m_old.shape[0], &o[0])
+    return out
+
+
 def _test_exp_f64(double[::1] x):
     """Testing hook: the vectorizable exp used by the f64 kernels."""
     out = _np.empty(x.shape[0], dtype=_np.float64)
