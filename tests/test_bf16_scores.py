@@ -462,6 +462,35 @@ def test_mixed_backward_products_take_the_tiles(rows_per_step):
         c._test_bwd_rows(rows)
 
 
+@pytest.mark.parametrize("round_p", [True, False])
+def test_a_flash_task_configures_the_tiles_once_and_releases_them(round_p):
+    """The tile configuration is loaded once per task (fc_amx.h fc_amx_hold): a bf16 flash whose
+    tasks (64 query rows of one head) each cross three key tiles and two 64-column chunks of P V
+    runs one emulated ldtilecfg per task where it ran nine (one for the scores, one per chunk of
+    P V, per key tile), in both P modes, and leaves no tiles configured on the thread that ran them
+    (one thread: the calling one).  The outputs stay within the contract's accuracy."""
+    c = core()
+    if not c._TEST_HAVE_DPBF16:
+        assert c._test_bf16_score_forms() == []
+        return
+    b, hq, sq, sk, d = 1, 2, 128, 384, 128
+    q, k, v, _ = attention_inputs(b, hq, hq, sq, sk, d, ml_dtypes.bfloat16, False, seed=11)
+    want = ref.forward(q, k, v, round_to=ml_dtypes.bfloat16 if round_p else None)
+    chosen, threads = c._test_bf16_score_form(), fuel_cy.get_num_threads()
+    c._test_amx_emulation_faults()
+    try:
+        c._test_bf16_score_form("amx-emulated")
+        fuel_cy.set_num_threads(1)
+        c._test_amx_emulation_cfgs()
+        got = fuel_cy.attention_flash_mixed(q, k, v, round_p=round_p)
+        assert c._test_amx_emulation_cfgs() == (b * hq * (sq // 64), False)
+        assert c._test_amx_emulation_faults() == 0
+        assert _rel(got, want) <= 1e-2
+    finally:
+        c._test_bf16_score_form(chosen)
+        fuel_cy.set_num_threads(threads)
+
+
 # (b, hq, hkv, sq, sk, d, params, alibi): whole and ragged score tiles, odd D, a pair tail, GQA
 MIXED = [
     (1, 2, 2, 64, 64, 64, {}, False),

@@ -42,6 +42,7 @@
  * tdpbf16ps they ran, for the tests */
 static int fc_amx_emu_faults = 0;
 static long fc_amx_emu_dps = 0;
+static long fc_amx_emu_cfgs = 0;   /* ldtilecfg on the emulated form */
 static long fc_amx_emu_paired = 0;   /* fc_pv_bf16_paired calls on the emulated form */
 
 #define FC_AMX_PV_ROWS 64   /* query rows of one O += P V on the tiles (fc_pv_amx), at most */
@@ -79,6 +80,34 @@ static inline void fc_pv_edge_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nro
                                     const uint16_t* const* vrows16, ptrdiff_t D, float* O, ptrdiff_t ldo) {
     if (vrows16) fc_pv_heads_h16(P, ldp, 1, nrows4, ncols, ncols, vrows16, D, O, ldo, 0);
     else fc_pv_contig_f32(P, ldp, nrows4, ncols, V, ldv, vrows, D, O, ldo);
+}
+/* A task's tile configuration, loaded once: ldtilecfg takes ~140 cycles (measured on the AMX Xeon,
+ * family 6 model 167, with its tilerelease ~150), and a flash task on the tiles configured three
+ * times per key tile (the scores, then P V per column chunk).  Between fc_amx_hold and
+ * fc_amx_unhold (one task, one thread) the kernels configure the tiles only where this span has
+ * not yet, and leave them configured; fc_amx_unhold releases them, so that no configuration
+ * outlives the task (other code in these threads, torch's oneDNN, configures its own).  Outside a
+ * span every kernel configures and releases as it always did.  Every kernel loads the same
+ * configuration (fc_amx_config) and sets each accumulator it uses (zeroed or loaded) itself. */
+static __thread int fc_amx_held = 0;
+static __thread int fc_amx_live = 0;   /* bit 1: the tiles configured in this span; bit 2: the emulated ones */
+#define FC_AMX_HELD_CFG(bit, LOADCFG)                                                            \
+    do {                                                                                         \
+        if (!fc_amx_held || !(fc_amx_live & (bit))) {                                            \
+            LOADCFG;                                                                             \
+            fc_amx_live |= (bit);                                                                \
+        }                                                                                        \
+    } while (0)
+#define FC_AMX_HELD_RELEASE(bit, RELEASE)                                                        \
+    do {                                                                                         \
+        if (!fc_amx_held) {                                                                      \
+            RELEASE;                                                                             \
+            fc_amx_live &= ~(bit);                                                               \
+        }                                                                                        \
+    } while (0)
+static inline void fc_amx_hold(void) {
+    fc_amx_held = 1;
+    fc_amx_live = 0;
 }
 #if FC_HAVE_DPBF16
 /* ldtilecfg's 64-byte operand (palette 1: eight tiles of at most 16 rows x 64 bytes) */
@@ -364,6 +393,7 @@ static inline void fc_amx_emu_fault(void) { __atomic_fetch_add(&fc_amx_emu_fault
 /* ldtilecfg: palette 1, no start row, reserved bytes and tiles 8-15 zero, each tile within 16 rows
  * x 64 bytes and either configured in both fields or in neither (else #GP); loads zeroed tiles. */
 static inline void fc_amx_emu_cfg(const fc_tilecfg* c) {
+    __atomic_fetch_add(&fc_amx_emu_cfgs, 1, __ATOMIC_RELAXED);
     int ok = c->palette == 1 && c->start_row == 0;
     for (int b = 0; b < 14; b++) ok &= c->reserved[b] == 0;
     for (int t = 0; t < 16; t++) {
@@ -432,12 +462,12 @@ static inline void fc_amx_emu_release(void) {
     fc_amx_emu.loaded = 0;
     memset(fc_amx_emu.t, 0, sizeof fc_amx_emu.t);
 }
-#define FC_AMX_EMU_CFG(c) fc_amx_emu_cfg(c)
+#define FC_AMX_EMU_CFG(c) FC_AMX_HELD_CFG(2, fc_amx_emu_cfg(c))
 #define FC_AMX_EMU_ZERO(t) fc_amx_emu_zero(t)
 #define FC_AMX_EMU_LOAD(t, base, stride) fc_amx_emu_load(t, base, stride)
 #define FC_AMX_EMU_STORE(t, base, stride) fc_amx_emu_store(t, base, stride)
 #define FC_AMX_EMU_DP(c, a, b) fc_amx_emu_dp(c, a, b)
-#define FC_AMX_EMU_RELEASE() fc_amx_emu_release()
+#define FC_AMX_EMU_RELEASE() FC_AMX_HELD_RELEASE(2, fc_amx_emu_release())
 FC_DEFINE_QK_AMX(fc_qk_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
                  FC_AMX_EMU_DP, FC_AMX_EMU_RELEASE)
 FC_DEFINE_PV_AMX(fc_pv_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU_LOAD, FC_AMX_EMU_STORE,
@@ -447,19 +477,38 @@ FC_DEFINE_TN_AMX(fc_tn_amx_emulated, FC_AMX_EMU_CFG, FC_AMX_EMU_ZERO, FC_AMX_EMU
 
 /* ---- the tile instructions themselves (AT&T operand order: sources first) --------------------- */
 #if FC_HAVE_AMX
-#define FC_AMX_CFG(c) __asm__ volatile("ldtilecfg %0" ::"m"(*(const fc_tilecfg*)(c)) : "memory")
+#define FC_AMX_CFG(c) FC_AMX_HELD_CFG(1, __asm__ volatile("ldtilecfg %0" ::"m"(*(const fc_tilecfg*)(c)) : "memory"))
 #define FC_AMX_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
 #define FC_AMX_LOAD(t, base, stride) \
     __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void*)(base)), "r"((long)(stride)) : "memory")
 #define FC_AMX_STORE(t, base, stride) \
     __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void*)(base)), "r"((long)(stride)) : "memory")
 #define FC_AMX_DP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
-#define FC_AMX_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
+#define FC_AMX_RELEASE() FC_AMX_HELD_RELEASE(1, __asm__ volatile("tilerelease" ::: "memory"))
 FC_DEFINE_QK_AMX(fc_qk_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
 FC_DEFINE_PV_AMX(fc_pv_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
 FC_DEFINE_TN_AMX(fc_tn_amx, FC_AMX_CFG, FC_AMX_ZERO, FC_AMX_LOAD, FC_AMX_STORE, FC_AMX_DP, FC_AMX_RELEASE)
 #endif
 #endif   /* FC_HAVE_DPBF16 */
+/* whether this thread's emulated tiles are configured (a testing hook's question) */
+static inline int fc_amx_emu_configured(void) {
+#if FC_HAVE_DPBF16
+    return fc_amx_emu.loaded;
+#else
+    return 0;
+#endif
+}
+/* the end of a span opened by fc_amx_hold: what it configured, released */
+static inline void fc_amx_unhold(void) {
+#if FC_HAVE_DPBF16
+#if FC_HAVE_AMX
+    if (fc_amx_live & 1) __asm__ volatile("tilerelease" ::: "memory");
+#endif
+    if (fc_amx_live & 2) fc_amx_emu_release();
+#endif
+    fc_amx_held = 0;
+    fc_amx_live = 0;
+}
 
 /* The float32 loops with fc_pv_amx's arguments (V's pairs, if any, are for the tiles only) */
 static inline void fc_pv_loops_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,

@@ -438,6 +438,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef const unsigned short* vtrow16 = o.vt16 + row_offset(&sh.lv, kvh, 0) if o.vt16 != NULL else NULL
     cdef bint p16 = False
     cdef unsigned short* P16 = <unsigned short*>Pp
+    fc_amx_hold()   # (the tile kernels below configure the tiles once for the task)
     for t in range(ntiles):
         j0 = t * BC
         if j0 >= kend:
@@ -685,6 +686,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     fc_pv_bf16v(S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D, vtile, 3)
         else:   # (round_p without AVX512-BF16, or f16: the rounded weights on the float32 loops)
             pv_accum_contig(tag, S, BC, nr4, nc, vbase + j0 * ldv, ldv, rows, D, O, D)
+    fc_amx_unhold()
     for r in range(nr):
         # (out16: the row in Q's buffer, free now, then rounded to T where it belongs)
         orow = Qs if o.out16 != NULL else out + row_offset(&sh.lo, b * sh.Hq + rh[r], rp[r])

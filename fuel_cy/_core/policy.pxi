@@ -56,6 +56,9 @@ cdef extern from "fc_simd.h" nogil:
     int fc_bwd_rows_pairs   # the same where all five products run on vdpbf16ps
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
+    # fc_amx.h: one tile configuration per task (between these two, on one thread)
+    void fc_amx_hold()
+    void fc_amx_unhold()
     # fc_amx.h: O += P V beside the bf16 scores (float32 loops, or tiles where the scores take them)
     void fc_pv_bf16v(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, const float* V,
                      Py_ssize_t ldv, float** vrows, Py_ssize_t D, float* O, Py_ssize_t ldo,

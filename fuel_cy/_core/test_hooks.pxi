@@ -75,6 +75,8 @@ cdef extern from "fc_uarch.h" nogil:
 cdef extern from "fc_amx.h" nogil:
     int fc_amx_emu_faults
     long fc_amx_emu_dps
+    long fc_amx_emu_cfgs
+    int fc_amx_emu_configured()
     long fc_amx_emu_paired
 
 
@@ -266,6 +268,15 @@ def _test_amx_emulation_dps():
     n = fc_amx_emu_dps
     fc_amx_emu_dps = 0
     return n
+
+
+def _test_amx_emulation_cfgs():
+    """Testing hook: how many ldtilecfg the emulated AMX form ran since the last call (resets the
+    count), and whether this thread's emulated tiles are configured now."""
+    global fc_amx_emu_cfgs
+    n = fc_amx_emu_cfgs
+    fc_amx_emu_cfgs = 0
+    return n, bool(fc_amx_emu_configured())
 
 
 def _test_f16_split(on=None):
