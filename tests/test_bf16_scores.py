@@ -468,14 +468,16 @@ def test_a_flash_task_configures_the_tiles_once_and_releases_them(round_p):
     tasks (64 query rows of one head) each cross three key tiles and two 64-column chunks of P V
     runs one emulated ldtilecfg per task where it ran nine (one for the scores, one per chunk of
     P V, per key tile), in both P modes, and leaves no tiles configured on the thread that ran them
-    (one thread: the calling one).  The outputs stay within the contract's accuracy."""
+    (one thread: the calling one); so does the backward, whose task is a whole kv head.  The
+    outputs stay within the contract's accuracy."""
     c = core()
     if not c._TEST_HAVE_DPBF16:
         assert c._test_bf16_score_forms() == []
         return
     b, hq, sq, sk, d = 1, 2, 128, 384, 128
-    q, k, v, _ = attention_inputs(b, hq, hq, sq, sk, d, ml_dtypes.bfloat16, False, seed=11)
+    q, k, v, do, _ = attention_inputs(b, hq, hq, sq, sk, d, ml_dtypes.bfloat16, False, seed=11, with_do=True)
     want = ref.forward(q, k, v, round_to=ml_dtypes.bfloat16 if round_p else None)
+    grads = ref.backward(q, k, v, do)
     chosen, threads = c._test_bf16_score_form(), fuel_cy.get_num_threads()
     c._test_amx_emulation_faults()
     try:
@@ -486,6 +488,11 @@ def test_a_flash_task_configures_the_tiles_once_and_releases_them(round_p):
         assert c._test_amx_emulation_cfgs() == (b * hq * (sq // 64), False)
         assert c._test_amx_emulation_faults() == 0
         assert _rel(got, want) <= 1e-2
+        got = fuel_cy.attention_flash_backward_mixed(q, k, v, do, round_p=round_p)
+        assert c._test_amx_emulation_cfgs() == (b * hq, False)
+        assert c._test_amx_emulation_faults() == 0
+        for g, w in zip(got, grads):
+            assert _rel(g, w) <= 1e-2
     finally:
         c._test_bf16_score_form(chosen)
         fuel_cy.set_num_threads(threads)

@@ -1084,10 +1084,12 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef Py_ssize_t per_key = 1 if transposed else D, per_col = Skp if transposed else 1
     zero(dKa, Skp * D if transposed else Sk4 * D)
     zero(dVa, Skp * D if transposed else Sk4 * D)
+    fc_amx_hold()   # (the tile kernels below configure the tiles once for the task)
     for g in range(G):
         h = hk * G + g
         for qt in range(ceil_div(Sq, br)):
             if fc_stopped(o.it):   # a task is a whole kv head: poll inside it too
+                fc_amx_unhold()
                 return
             i0 = qt * br
             nr = Sq - i0
@@ -1252,6 +1254,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                 for r in range(nr):
                     rows[r] = Qs + r * D
                 pv_accum(tag, dSt, nr4, n4, nr, rows, D, dKa + kofs * D, D)
+    fc_amx_unhold()
     for j in range(Sk):
         for d in range(D):
             dk[((b * sh.Hkv + hk) * Sk + j) * D + d] = R(tag, scale * dKa[j * per_key + d * per_col])
