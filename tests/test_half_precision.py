@@ -399,6 +399,23 @@ def test_rescaling_factors_are_the_scalar_rules_on_whole_vectors(n):
     assert np.array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))
 
 
+@pytest.mark.parametrize("n", [1, 7, 16, 17, 64])
+def test_row_sums_run_the_pairwise_tree_of_each_row(n):
+    """fc_sum16_rows (a tile's rows side by side) adds each row's 16 lane partials as the per-row
+    tree does, l[i] + l[i + h] for h = 8, 4, 2, 1, in float32: values of mixed magnitudes, where
+    another order would round differently."""
+    rng = np.random.default_rng(n)
+    lanes = (rng.standard_normal((n, 16)) * 10.0 ** rng.integers(-4, 5, (n, 16))).astype(np.float32)
+    want = lanes.copy()
+    for h in (8, 4, 2, 1):
+        want[:, :h] = want[:, :h] + want[:, h:2 * h]
+    got = core()._test_sum16_rows(lanes)
+    assert np.array_equal(got.view(np.uint32), want[:, 0].view(np.uint32))
+    other = lanes.astype(np.float32).sum(axis=1, dtype=np.float32)   # numpy's own order
+    if n >= 16:
+        assert not np.array_equal(other.view(np.uint32), want[:, 0].view(np.uint32))
+
+
 def test_the_exp_pass_for_masked_rows_gives_the_plain_passs_bits():
     """Rows holding masked scores take an exp pass that skips the final scaling of the lanes at or
     below -110 (an underflow there costs a microcode assist per lane on Intel cores): the same

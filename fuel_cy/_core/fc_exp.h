@@ -10,6 +10,7 @@
 #include "fc_half.h"     /* the vector roundings of the "math in T" softmax */
 #include "fc_uarch.h"    /* fc_bf16_form */
 #include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
+#include "fc_pack.h"     /* fc_transpose_block (fc_sum16_rows) */
 
 /* ---- Row reductions over 16 lane partials (lane j % 16, in order of j), on this level's vectors.
  * They compute what blocks.pxi's 16-lane loops define; gcc vectorizes those loops into one zmm
@@ -413,6 +414,54 @@ static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float s
     return 0;
 }
 #endif
+/* The exp passes of flash's rows with their 16 lane partials stored (lanes[0..15]) instead of
+ * summed: fc_exp_scaled_sum_bf16p's and fc_exp_scaled_sum_rp_f32's passes, their trees left to
+ * fc_sum16_rows, which runs a tile's rows side by side. */
+static inline void fc_exp_lanes_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p, int sparse,
+                                      float* lanes) {
+#if FC_HAVE_EXP16 && defined(__AVX512BF16__)
+    float* sw = (float*)s;   /* (not written: the weights go to p) */
+    _mm512_storeu_ps(lanes, sparse ? fc_exp_acc16_t(sw, n, scale, m, 1, 1, p) : fc_exp_acc16_t(sw, n, scale, m, 1, 0, p));
+#else
+    (void)s; (void)n; (void)scale; (void)m; (void)p; (void)sparse; (void)lanes;   /* not called: fc_pv_paired_whole is 0 here */
+#endif
+}
+static inline void fc_exp_lanes_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp, int sparse, float* lanes) {
+#if FC_HAVE_EXP16
+    _mm512_storeu_ps(lanes, fc_exp_acc16_rp(s, n, scale, m, rp, sparse));
+#else
+    (void)sparse;
+    fc_exp_lanes_f32(s, n, scale, m, lanes);
+    if (rp) fc_round_rows_half(s, 0, 1, n, rp == 2);
+#endif
+}
+/* n rows' sums from their 16 lane partials (lanes[r * 16 + l]), each in fc_sum16_tree's order
+ * (l[i] + l[i + h] for h = 8, 4, 2, 1), so the bits of the per-row trees.  With AVX-512, 16 rows at
+ * a time: the partials transposed, then the same additions lane by lane.  One row's tree is a
+ * chain of seven dependent operations (~25 cycles) that the next row's exp pass hid only in part
+ * (~17% of the bf16 exp pass's samples, perf, Xeon family 6 model 167); across rows they run side
+ * by side. */
+static inline void fc_sum16_rows(const float* lanes, ptrdiff_t n, float* totals) {
+#if FC_HAVE_EXP16
+    for (ptrdiff_t r0 = 0; r0 < n; r0 += 16) {
+        ptrdiff_t w = n - r0 < 16 ? n - r0 : 16;
+        __m512 t[16];
+        for (int i = 0; i < 16; i++) t[i] = i < w ? _mm512_loadu_ps(lanes + (r0 + i) * 16) : _mm512_setzero_ps();
+        fc_transpose_block(t);
+        for (int h = 8; h >= 1; h /= 2)
+            for (int i = 0; i < h; i++) t[i] = _mm512_add_ps(t[i], t[i + h]);
+        _mm512_mask_storeu_ps(totals + r0, (__mmask16)((1u << w) - 1u), t[0]);
+    }
+#else
+    for (ptrdiff_t r = 0; r < n; r++) {
+        float l[16];
+        memcpy(l, lanes + r * 16, sizeof l);
+        for (int h = 8; h >= 1; h /= 2)
+            for (int i = 0; i < h; i++) l[i] = l[i] + l[i + h];
+        totals[r] = l[0];
+    }
+#endif
+}
 /* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order */
 static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
     float l[16];

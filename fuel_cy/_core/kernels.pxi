@@ -341,7 +341,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef real_t totals[BR_FLASH]
     cdef bint live[BR_FLASH]
     # float32 compute: each row's new running max, its factor and its weights' sum taken after
-    # the tile's rows, the factors for all of them at once (fc_rescale_factors_f32)
+    # the tile's rows, for all of them at once (fc_rescale_factors_f32, fc_sum16_rows)
     cdef real_t mnew[BR_FLASH]
     cdef bint defer = rnd_t is RoundNone and real_t is float
     cdef Py_ssize_t nrow, ilast
@@ -576,7 +576,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 zero(srow, nc)
                 if p16:
                     memset(P16 + r * BC, 0, nc * sizeof(unsigned short))
-                if rnd_t is not RoundNone:  # defined partials for lane_totals (result unused)
+                if rnd_t is not RoundNone or defer:  # defined partials for the rows' sums (unused)
                     zero(lanes + r * NL, NL)
                 continue
             # (a max that stayed put: exp(0) is 1 exactly; a row's first scores: exp(-inf) is 0;
@@ -591,17 +591,17 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 alphas[r] = alpha
                 live[r] = True
             else:
+                # (float32: vector exp in C, fc_exp.h, its lane partials summed after the rows)
                 if real_t is float and p16:   # (the weights in bf16 pairs, for the tiles)
-                    li = fc_exp_scaled_sum_bf16p(srow, nrow, scale if plain else 1, mn, P16 + r * BC, not plain)
+                    fc_exp_lanes_bf16p(srow, nrow, scale if plain else 1, mn, P16 + r * BC, not plain, lanes + r * NL)
                     memset(P16 + r * BC + nrow, 0, (nc - nrow) * sizeof(unsigned short))
-                elif real_t is float:  # vector exp and sum in C (fc_exp.h)
+                elif real_t is float:
                     # (round_p: the weights stored rounded to T for P V, their sum unrounded)
-                    li = fc_exp_scaled_sum_rp_f32(srow, nrow, scale if plain else 1, mn, rp_exp, not plain)
+                    fc_exp_lanes_rp_f32(srow, nrow, scale if plain else 1, mn, rp_exp, not plain, lanes + r * NL)
                 else:
                     li = exp_scaled_sum(tag, srow, nrow, scale if plain else 1, mn)
                 if defer:
                     mnew[r] = mn
-                    totals[r] = li
                     live[r] = True
                 else:
                     l[r] = R(tag, R(tag, l[r] * alpha) + li)
@@ -612,6 +612,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 scale_row(tag, O + r * D, D, alpha)
             m[r] = mn
         if rnd_t is RoundNone and real_t is float:
+            fc_sum16_rows(lanes, nr, totals)
             fc_rescale_factors_f32(m, mnew, nr, alphas)
             for r in range(nr):
                 if live[r]:

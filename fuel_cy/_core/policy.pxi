@@ -154,6 +154,10 @@ cdef extern from "fc_simd.h" nogil:
                                   int sparse)
     float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
     void fc_rescale_factors_f32(const float* m_old, const float* m_new, Py_ssize_t n, float* alpha)
+    void fc_exp_lanes_bf16p(const float* s, Py_ssize_t n, float scale, float m, unsigned short* p, int sparse,
+                            float* lanes)
+    void fc_exp_lanes_rp_f32(float* s, Py_ssize_t n, float scale, float m, int rp, int sparse, float* lanes)
+    void fc_sum16_rows(const float* lanes, Py_ssize_t n, float* totals)
     double fc_exp_scaled_sum16_f64(double* s, Py_ssize_t n, double scale, double m)
 
 cdef inline real_t EXP(rnd_t tag, real_t x) noexcept nogil:

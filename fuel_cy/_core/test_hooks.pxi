@@ -325,6 +325,17 @@ def _test_rescale_factors(float[::1] m_old, float[::1] m_new):
     return out
 
 
+def _test_sum16_rows(float[:, ::1] lanes):
+    """Testing hook: the row sums of [n, 16] lane partials (fc_sum16_rows)."""
+    if lanes.shape[1] != 16:
+        raise ValueError("lanes must be [n, 16]")
+    out = _np.empty(lanes.shape[0], dtype=_np.float32)
+    cdef float[::1] o = out
+    if lanes.shape[0]:
+        fc_sum16_rows(&lanes[0, 0], lanes.shape[0], &o[0])
+    return out
+
+
 def _test_exp_f64(double[::1] x):
     """Testing hook: the vectorizable exp used by the f64 kernels."""
     out = _np.empty(x.shape[0], dtype=_np.float64)
