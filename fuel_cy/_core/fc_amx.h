@@ -568,7 +568,7 @@ static inline int fc_pv_paired_whole(ptrdiff_t nrows4, ptrdiff_t ncols, ptrdiff_
            nrows4 <= FC_AMX_PV_ROWS && ncols % 32 == 0 && ncols > 0 && ncols <= FC_BC && D % 16 == 0 && D > 0;
 }
 /* O += P V of round_p on the tiles with P already in bf16 pairs (Pt: rows ldpt pairs apart, as the
- * exp pass left them, fc_exp_scaled_sum_bf16p) and V's pairs (vpairs, [FC_BC / 2][D]): one tile
+ * exp pass left them, fc_exp_lanes_bf16p) and V's pairs (vpairs, [FC_BC / 2][D]): one tile
  * product per block and no split, the same products and sums as fc_pv_bf16v with nterms 1 on the
  * same weights.  Only where fc_pv_paired_whole says so. */
 static inline void fc_pv_bf16_paired(const uint32_t* Pt, ptrdiff_t ldpt, ptrdiff_t nrows4, ptrdiff_t ncols,

@@ -170,7 +170,7 @@ static inline __m512 fc_round_p16(__m512 e, int rp) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 /* One vector of the exp pass's weights: stored in place in s (rounded to T for round_p: rp), or
- * (p16, AVX512-BF16 levels) as bf16 into p16, s left as it was (fc_exp_scaled_sum_bf16p). */
+ * (p16, AVX512-BF16 levels) as bf16 into p16, s left as it was (fc_exp_lanes_bf16p). */
 static inline __attribute__((always_inline)) void fc_exp_store16(float* s, uint16_t* p16, __m512 e, int rp,
                                                                  __mmask16 k) {
 #if defined(__AVX512BF16__)
@@ -383,40 +383,24 @@ static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, fl
     return l[0];
 #endif
 }
-/* fc_exp_scaled_sum_f32 with round_p's weights stored rounded (rp 1: bf16, 2: f16; 0: as it),
- * the sum of the unrounded ones returned: the rounding rides the exp's own pass (AVX-512), or
- * (other levels) a pass of its own after it. */
-static inline float fc_exp_scaled_sum_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp, int sparse) {
+/* flash's exp pass over a row (scale * s - m, FC_SHIFT): its 16 lane partials stored in lanes (the
+ * row's sum is fc_sum16_rows's, after the tile's rows), round_p's weights stored rounded (rp 1:
+ * bf16, 2: f16; 0: as they are) while the partials take them unrounded: the rounding rides the
+ * exp's own pass (AVX-512), or (other levels) a pass of its own after it. */
+static inline void fc_exp_lanes_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp, int sparse, float* lanes) {
 #if FC_HAVE_EXP16
-    return fc_sum16_tree(fc_exp_acc16_rp(s, n, scale, m, rp, sparse));
+    _mm512_storeu_ps(lanes, fc_exp_acc16_rp(s, n, scale, m, rp, sparse));
 #else
     (void)sparse;   /* (fc_expf_v's scale is +0 there: no underflowing product) */
-    float l = fc_exp_scaled_sum_f32(s, n, scale, m);
+    fc_exp_lanes_f32(s, n, scale, m, lanes);
     if (rp) fc_round_rows_half(s, 0, 1, n, rp == 2);
-    return l;
 #endif
 }
-/* fc_exp_scaled_sum_rp_f32 with rp 1 for P V on the AMX tiles (fc_amx.h fc_pv_bf16_paired): the
+/* fc_exp_lanes_rp_f32 with rp 1 for P V on the AMX tiles (fc_amx.h fc_pv_bf16_paired): the
  * weights stored as bf16 in p (row i's 2k and 2k + 1 make pair k, the tiles' layout) instead of as
- * float32 in s, which is left as it was; the same sum.  vcvtneps2bf16 rounds to nearest even as the
- * float32 store's rounding does, and where it flushes a subnormal weight to zero the tiles would
+ * float32 in s, which is left as it was; the same partials.  vcvtneps2bf16 rounds to nearest even as
+ * the float32 store's rounding does, and where it flushes a subnormal weight to zero the tiles would
  * read that weight as zero anyway: the same products. */
-#if FC_HAVE_EXP16 && defined(__AVX512BF16__)
-static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p,
-                                            int sparse) {
-    float* sw = (float*)s;   /* (not written: the weights go to p) */
-    return fc_sum16_tree(sparse ? fc_exp_acc16_t(sw, n, scale, m, 1, 1, p) : fc_exp_acc16_t(sw, n, scale, m, 1, 0, p));
-}
-#else
-static inline float fc_exp_scaled_sum_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p,
-                                            int sparse) {
-    (void)s; (void)n; (void)scale; (void)m; (void)p; (void)sparse;   /* not called: fc_pv_paired_whole is 0 here */
-    return 0;
-}
-#endif
-/* The exp passes of flash's rows with their 16 lane partials stored (lanes[0..15]) instead of
- * summed: fc_exp_scaled_sum_bf16p's and fc_exp_scaled_sum_rp_f32's passes, their trees left to
- * fc_sum16_rows, which runs a tile's rows side by side. */
 static inline void fc_exp_lanes_bf16p(const float* s, ptrdiff_t n, float scale, float m, uint16_t* p, int sparse,
                                       float* lanes) {
 #if FC_HAVE_EXP16 && defined(__AVX512BF16__)
@@ -424,15 +408,6 @@ static inline void fc_exp_lanes_bf16p(const float* s, ptrdiff_t n, float scale, 
     _mm512_storeu_ps(lanes, sparse ? fc_exp_acc16_t(sw, n, scale, m, 1, 1, p) : fc_exp_acc16_t(sw, n, scale, m, 1, 0, p));
 #else
     (void)s; (void)n; (void)scale; (void)m; (void)p; (void)sparse; (void)lanes;   /* not called: fc_pv_paired_whole is 0 here */
-#endif
-}
-static inline void fc_exp_lanes_rp_f32(float* s, ptrdiff_t n, float scale, float m, int rp, int sparse, float* lanes) {
-#if FC_HAVE_EXP16
-    _mm512_storeu_ps(lanes, fc_exp_acc16_rp(s, n, scale, m, rp, sparse));
-#else
-    (void)sparse;
-    fc_exp_lanes_f32(s, n, scale, m, lanes);
-    if (rp) fc_round_rows_half(s, 0, 1, n, rp == 2);
 #endif
 }
 /* n rows' sums from their 16 lane partials (lanes[r * 16 + l]), each in fc_sum16_tree's order

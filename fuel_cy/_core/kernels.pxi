@@ -429,7 +429,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef int rp_exp = 0 if (o.round_p == 1 and lds == BC and vrow16 == NULL and vbase == NULL
                             and o.vt16 == NULL) else o.round_p
     # round_p's bf16 weights where P V runs on the tiles with V's pairs: the exp pass writes them
-    # paired into Pp (fc_exp_scaled_sum_bf16p), and P V loads them as they are, in tiles whose rows,
+    # paired into Pp (fc_exp_lanes_bf16p), and P V loads them as they are, in tiles whose rows,
     # keys and columns fill whole blocks (fc_pv_paired_whole; the others keep the float32 weights)
     cdef bint p16_ok = (rnd_t is RoundNone and real_t is float and kpp != NULL and vpp != NULL
                         and o.round_p == 1 and lds == BC and _paired_weights_allowed
@@ -580,10 +580,8 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                     zero(lanes + r * NL, NL)
                 continue
             # (a max that stayed put: exp(0) is 1 exactly; a row's first scores: exp(-inf) is 0;
-            # so no scalar exp on most rows)
-            if defer:
-                alpha = 1   # (below)
-            else:
+            # so no scalar exp on most rows; float32 compute takes them after the rows)
+            if not defer:
                 alpha = 1 if mn == m[r] else (0 if m[r] == -INFINITY and mn > m[r] else EXP(tag, R(tag, m[r] - mn)))
             # scale 1 is exact (transformed rows: nrow == nc)
             if rnd_t is not RoundNone:  # l[r] after the rows (below)

@@ -357,14 +357,16 @@ def _test_expf(float[::1] x):
 
 
 def _test_exp_row(float[::1] s, float scale, float m, bint sparse):
-    """Testing hook: the flash's exp pass over one row of scores (fc_exp_scaled_sum_rp_f32):
-    (exp(scale * s - m) as stored, their sum), with the pass for rows holding masked scores
-    (sparse) or the plain one."""
+    """Testing hook: the flash's exp pass over one row of scores (fc_exp_lanes_rp_f32, then
+    fc_sum16_rows): (exp(scale * s - m) as stored, their sum), with the pass for rows holding
+    masked scores (sparse) or the plain one."""
     out = _np.array(s, dtype=_np.float32, copy=True)
     cdef float[::1] o = out
+    cdef float lanes[16]
     cdef float total = 0
     if o.shape[0]:
-        total = fc_exp_scaled_sum_rp_f32(&o[0], o.shape[0], scale, m, 0, sparse)
+        fc_exp_lanes_rp_f32(&o[0], o.shape[0], scale, m, 0, sparse, lanes)
+        fc_sum16_rows(lanes, 1, &total)
     return out, total
 
 
