@@ -180,6 +180,38 @@ def test_one_square_causal_sequence_is_attention_flash(dtype):
         assert bits(out) == bits(np.ascontiguousarray(expected[0].transpose(1, 0, 2)))
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("rp", [True, False])
+def test_a_half_batch_gives_each_sequences_flash_bits(dtype, rp):
+    """A bf16/f16 batch read in its storage, q included, with its output rounded per row: decode
+    steps, a chunk of the task list, prefills, sequences with no key and none with no query,
+    each sequence's rows the bits of attention_flash_mixed on that sequence alone (non-causal,
+    so top-left and bottom-right agree), each row's log-sum-exp in its place; q a strided view
+    of a wider array; no input written."""
+    lq, lk = [130, 1, 3, 0, 1, 2, 77], [130, 40, 90, 5, 0, 0, 200]
+    q, k, v, cu_q, cu_k = packed(lq, lk, 8, 2, 64, dtype, seed=41)
+    wide = np.concatenate([q, q[:, :1]], axis=1)       # q as a view: rows 9 heads apart
+    qv = wide[:, :8]
+    before = [x.copy() for x in (wide, k, v)]
+    out, lse = fuel_cy.attention_varlen(qv, k, v, cu_q, cu_k, return_lse=True, round_p=rp)
+    assert out.dtype == np.dtype(dtype) and out.flags.c_contiguous
+    for b in range(len(lq)):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if lq[b] == 0:
+            continue
+        if lk[b] == 0:
+            assert not np.any(out[qs].view(np.uint16)) and np.all(lse[:, qs] == np.inf)
+            continue
+        as4 = [x[s].transpose(1, 0, 2)[None].copy() for x, s in ((q, qs), (k, ks), (v, ks))]
+        expected = fuel_cy.attention_flash_mixed(*as4, round_p=rp)
+        assert bits(out[qs]) == bits(np.ascontiguousarray(expected[0].transpose(1, 0, 2))), b
+    for qs, _, h, sc, _ in scores(q, k, cu_q, cu_k):   # each row's log-sum-exp in its place
+        if sc.shape[1]:
+            m = sc.max(axis=1)
+            assert np.allclose(lse[h, qs], m + np.log(np.exp(sc - m[:, None]).sum(axis=1)), rtol=0, atol=1e-3)
+    assert all(bits(x) == bits(y) for x, y in zip((wide, k, v), before))
+
+
 def test_a_decode_step_sees_the_whole_cache():
     """One query against n cached keys with causal=True attends every key (the seed's top-left
     causal would give key 0 alone): the softmax-weighted mean over all of them."""

@@ -364,6 +364,14 @@ cdef void _zero_rows(real_t* out, Shape* sh) noexcept nogil:
             memset(out + row_offset(&sh.lo, head, i), 0, sh.D * sizeof(real_t))
 
 
+cdef void _zero_rows16(unsigned short* out, Shape* sh) noexcept nogil:
+    """_zero_rows for an output in 16-bit storage (+0 is 0x0000 in bf16 and f16)."""
+    cdef Py_ssize_t head, i
+    for head in range(sh.B * sh.Hq):
+        for i in range(sh.Sq):
+            memset(out + row_offset(&sh.lo, head, i), 0, sh.D * sizeof(unsigned short))
+
+
 cdef inline void _mask_strides(tuple mdims, Shape* sh, Py_ssize_t* sb, Py_ssize_t* shd, Py_ssize_t* si):
     """The element strides of a [MB, MH, MQ, Sk] mask broadcast to [B, Hq, Sq, Sk] (validated:
     each dim is 1 or the extent), 0 along a broadcast dim."""
@@ -440,8 +448,8 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     it, so no gathered copy is made.  round_p: AttnOpts.round_p (_round_p; float32 compute only).  q_h16,
     k_h16, v_h16, out_h16 (the float32-compute flash on bf16/f16 inputs, is_f16, Sq > 1): q and
     k read in their 16-bit storage (paired, or widened as K is packed) and the output written
-    rounded to T (q, k, out then NULL; q and out C-contiguous): no widened copies; k_h16 alone
-    (k NULL; laid out as `strides` says) with a float32 q and out, as varlen's sequences; v_h16 (v then NULL)
+    rounded to T (q, k, out then NULL; each laid out as `strides` says, as varlen's sequences):
+    no widened copies; k_h16 alone (k NULL) with a float32 q and out; v_h16 (v then NULL)
     only where V's bf16 pairs are all the P V reads (round_p on vdpbf16ps, _pairs16_v)."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
@@ -462,7 +470,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
     if ((q_h16 != NULL and k_h16 == NULL) or (q_h16 != NULL) != (out_h16 != NULL)
             or (k_h16 != NULL and (real_t is not float or rnd_t is not RoundNone or naive or sh.Sq == 1
                                    or k16 != NULL or k != NULL))
-            or (q_h16 != NULL and (strides != NULL or q != NULL or out != NULL))
+            or (q_h16 != NULL and (q != NULL or out != NULL))
             or (v_h16 != NULL and (k_h16 == NULL or v != NULL
                                    or not ((bf16_pairs and _pairs16_v(round_p)) or f16s)))
             or (k_h16 != NULL and v_h16 == NULL and v == NULL)):
@@ -476,7 +484,7 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         return
     if sh.Sk == 0 or sh.D == 0:
         if out_h16 != NULL:
-            memset(out_h16, 0, nout * sizeof(unsigned short))   # (C-contiguous; +0 is 0x0000 in both)
+            _zero_rows16(out_h16, &sh)
         else:
             _zero_rows(out, &sh)
         return
@@ -825,7 +833,8 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
                     const unsigned short* v16, int is_f16, const unsigned int* cu_q, const unsigned int* cu_k,
                     const unsigned int* table, Py_ssize_t mbs, const unsigned int* used, const real_t* slopes,
                     Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params, int nthreads,
-                    bint bf16_pairs, const Py_ssize_t* rs, int round_p=0, bint f16_split=False):
+                    bint bf16_pairs, const Py_ssize_t* rs, int round_p=0, bint f16_split=False,
+                    const unsigned short* q16=NULL, unsigned short* out16=NULL):
     """Packed variable-length sequences (flash-attn's varlen layout): sequence b is rows
     cu_q[b] .. cu_q[b + 1] of q [Tq, Hq, D] and its keys rows cu_k[b] .. cu_k[b + 1] of k, v
     [NB * BS, Hkv, D], or (table, mbs per sequence) key j at row j % BS of block table[b, j // BS]
@@ -835,14 +844,16 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     NULL); lse, when not NULL, [Hq, Tq] float32 set to +inf, gets each row's log-sum-exp.  k16,
     v16 (k, v NULL): bf16/f16 storage (is_f16).  Each sequence runs the flash forward on its q
     and out rows where they lie, as [1, H, l, D] operands whose heads are D elements apart and rows
-    H * D; float packed k rows too, v (and paged or 16-bit k) rows gathered, 16-bit ones kept in
-    their storage where the flash packs them from it (the validators checked
+    H * D; float packed k rows too, and bf16 k and v rows where the flash pairs them (packed or
+    paged); other v (and paged or 16-bit k) rows gathered, 16-bit ones kept in their storage
+    where the flash packs them from it (the validators checked
     the offsets, lengths and block ids: every row read lies in the arrays).  rs: the element strides
     of a row and of a head of q, k and v (q's rows are its first axis, k's and v's their rows of
     blocks, found affine by the entry); out is C-contiguous.  f16_split: f16 (round_p, on the tiles)
     whose q the entry found finite: sequences of more than one query whose gathered keys and values
     are finite too run their products on the split words (fc_f16_tiles.h), V gathered in its
-    storage."""
+    storage.  q16, out16 (q, out NULL; float32 compute): q read in its 16-bit storage and out [Tq,
+    Hq, D] written rounded to T, as the half flash's (no widened q, no float32 output to narrow)."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t b, q0, k0, lq, lk
@@ -864,7 +875,11 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
     # first, all in one task list
     cdef bint chunks_in_list = _chunks_join_list(tag, table, k16, v16, bf16_pairs, round_p)
     _varlen_task_list(tag, q, k, v, k16, v16, is_f16, cu_q, cu_k, table, mbs, used, slopes, slopes_ld, out, lse,
-                      dims, params, nthreads, rs, round_p, chunks_in_list)
+                      dims, params, nthreads, rs, round_p, chunks_in_list, q16, out16)
+    cdef real_t* qb
+    cdef real_t* ob
+    cdef const unsigned short* qb16
+    cdef unsigned short* ob16
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
@@ -872,21 +887,33 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
             lk = used[b]
         if lq == 0 or (lk > 0 and (lq == 1 or (chunks_in_list and _chunk_in_list(lq, Hq, Hkv)))):
             continue   # (a decode step or a chunk of the task list: done above)
-        if lk == 0:   # no key: the sequence's rows are zero (fully masked)
-            memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
+        if lk == 0:   # no key: the sequence's rows are zero (fully masked; +0 is 0x0000 in bf16 and f16)
+            if out16 != NULL:
+                memset(out16 + q0 * Hq * D, 0, lq * Hq * D * sizeof(unsigned short))
+            else:
+                memset(out + q0 * Hq * D, 0, lq * Hq * D * sizeof(real_t))
             continue
+        # the sequence's rows, in the work type or (q16, out16) in their 16-bit storage
+        qb, ob, qb16, ob16 = NULL, NULL, NULL, NULL
+        if q16 != NULL:
+            qb16, ob16 = q16 + q0 * qr, out16 + q0 * Hq * D
+        else:
+            qb, ob = <real_t*>(q + q0 * qr), out + q0 * Hq * D
         trow = table + b * mbs if table != NULL else NULL
         strides[0:3] = [0, qh, qr]
         strides[9:12] = [0, D, Hq * D]
-        if trow != NULL and rnd_t is RoundNone and (k16 == NULL or (bf16_pairs and _pairs16_v(round_p))):
-            # a paged pool whose rows the flash packs from as they lie (K, or K's and V's bf16
-            # pairs) and whose float32/float64 V rows its P V reads through the table: no gather
+        if rnd_t is RoundNone and ((trow != NULL and k16 == NULL) or (k16 != NULL and bf16_pairs and _pairs16_v(round_p))):
+            # rows the flash packs from as they lie (K, or K's and V's bf16 pairs), packed or in a
+            # paged pool through its table, and float32/float64 V rows that its P V reads through
+            # the table: no gather
             strides[3:6] = [0, kh, kr]
             strides[6:9] = [0, vh, vr]
-            _forward(tag, q + q0 * qr, k, v, slopes + b * slopes_ld if slopes != NULL else NULL,
-                     out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq,
+            _forward(tag, qb, k, v, slopes + b * slopes_ld if slopes != NULL else NULL,
+                     ob, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq,
                      NULL, <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
-                     NULL, NULL, is_f16, trow, BS, round_p, NULL, k16, v16, NULL)
+                     NULL, NULL, is_f16, trow, BS, round_p, qb16,
+                     k16 + (0 if trow != NULL else k0 * kr) if k16 != NULL else NULL,
+                     v16 + (0 if trow != NULL else k0 * vr) if k16 != NULL else NULL, ob16)
             continue
         nt = _threads_for(nthreads, _sat_mul(lk, Hkv * D * 16))   # a copy: worth a team only when large
         # bf16/f16 keys gathered in their storage, and V too where the P V reads its bf16 pairs
@@ -926,11 +953,11 @@ cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v
                 _gather_rows(k, k16, is_f16, trow, BS, k0, lk, Hkv, D, kr, kh, kg, nt)
             strides[3:6] = [0, lk * D, D]
         strides[6:9] = [0, lk * D, D]
-        _forward(tag, q + q0 * qr, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb) if vb is not None else NULL,
+        _forward(tag, qb, kg, <const real_t*>cnp.PyArray_DATA(<cnp.ndarray>vb) if vb is not None else NULL,
                  slopes + b * slopes_ld if slopes != NULL else NULL,
-                 out + q0 * Hq * D, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
+                 ob, (1, Hq, Hkv, lq, lk, D), params, nthreads, False, bf16_pairs, lk - lq, NULL,
                  <const real_t*>NULL, None, True, strides, lse + q0 if lse != NULL else NULL, Tq,
-                 NULL, NULL, is_f16, NULL, 0, round_p, NULL, k_h, v_h, NULL)
+                 NULL, NULL, is_f16, NULL, 0, round_p, qb16, k_h, v_h, ob16)
 
 
 # kv heads per decode task forced by the tests (_test_decode_heads_per_task); 0: chosen per call
@@ -977,12 +1004,31 @@ cdef int _costliest_first(const void* a, const void* b) noexcept nogil:
     return -1 if x.s < y.s else (1 if x.s > y.s else 0)
 
 
+cdef void _rows16_list(const Shape* shapes, const Py_ssize_t* q0s, const unsigned short* q16, Py_ssize_t qr,
+                       Py_ssize_t qh, float** qs, unsigned short* out16, float** outs, Py_ssize_t n, int is_f16,
+                       int nt, bint widen) noexcept nogil:
+    """The task list's sequences with q and out in 16-bit storage (_varlen_task_list): widen: each
+    one's q rows (row q0s[s] + i, heads qh apart, rows qr) into its float32 rows qs[s] ([Sq, Hq,
+    D]); else its float32 output outs[s] rounded into out16's rows (C-contiguous [Tq, Hq, D]).
+    Elementwise, so the bits do not depend on the split."""
+    cdef Py_ssize_t s, i, h, Hq, D
+    for s in prange(n, schedule='dynamic', num_threads=nt):
+        Hq, D = shapes[s].Hq, shapes[s].D
+        if widen:
+            for i in range(shapes[s].Sq):
+                for h in range(Hq):
+                    fc_widen_half(q16 + (q0s[s] + i) * qr + h * qh, qs[s] + (i * Hq + h) * D, D, is_f16)
+        else:
+            fc_narrow_half(outs[s], out16 + q0s[s] * Hq * D, shapes[s].Sq * Hq * D, is_f16)
+
+
 cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
                               const unsigned short* k16, const unsigned short* v16, int is_f16,
                               const unsigned int* cu_q, const unsigned int* cu_k, const unsigned int* table,
                               Py_ssize_t mbs, const unsigned int* used, const real_t* slopes,
                               Py_ssize_t slopes_ld, real_t* out, float* lse, tuple dims, dict params,
-                              int nthreads, const Py_ssize_t* rs, int round_p, bint chunks):
+                              int nthreads, const Py_ssize_t* rs, int round_p, bint chunks,
+                              const unsigned short* q16=NULL, unsigned short* out16=NULL):
     """Every sequence of _varlen with one query and at least one key (a decode step) and, with
     chunks (_chunks_join_list), every chunk whose kv heads take one task each
     (_chunk_in_list), as one task list (kernels.pxi decodes_core): a team per sequence cost more
@@ -992,10 +1038,12 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
     bf16/f16 ones in their 16-bit storage (k16, v16; k and v NULL); a decode step's arithmetic
     is the flash forward's decode step (scores as row dots, no packed K^T), a chunk's is its
     flash forward's, each task packing its K^T tiles (or K's and V's bf16 pairs) from the rows
-    where they lie (AttnOpts.k_tiles), no gathered copy."""
+    where they lie (AttnOpts.k_tiles), no gathered copy.  q16, out16 (q, out NULL; float32
+    compute): q and out in 16-bit storage (_varlen), the listed sequences' rows widened into a
+    float32 copy and their outputs rounded back (a decode step's task reads a float32 q)."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
-    cdef Py_ssize_t b, n = 0, ndec = 0, lk, lq, k0, q0, s, t, ntasks = 0, macs = 0, j, jj, keys
+    cdef Py_ssize_t b, n = 0, ndec = 0, lk, lq, k0, q0, s, t, ntasks = 0, macs = 0, j, jj, keys, nrows = 0
     cdef bint any_chunk = False
     cdef AttnOpts* o
     for b in range(B1 - 1):
@@ -1008,8 +1056,19 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
         else:
             continue
         n += 1
+        nrows += lq
     if n == 0:
         return
+    # q16: the listed rows' float32 q and out, packed in list order ([nrows, Hq, D] each)
+    cdef real_t* qw = NULL
+    cdef real_t* ow = NULL
+    cdef Py_ssize_t r0 = 0
+    if q16 != NULL:
+        if real_t is not float or rnd_t is not RoundNone:
+            raise ValueError("fuel_cy core: a 16-bit q is read by the float32-compute varlen only")
+        wbuf = _temp("varlen:rows", (2 * nrows * Hq * D,), _np.float32)
+        qw = <real_t*>cnp.PyArray_DATA(<cnp.ndarray>wbuf)
+        ow = qw + nrows * Hq * D
     # kv heads per decode task (Shape.hpt): as many as 32 rows hold (G rounded up to NR per head),
     # where K's and V's heads are adjacent in their rows, halved while the steps would make fewer
     # than 4 tasks per thread
@@ -1034,6 +1093,8 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
     cdef Shape* shapes = <Shape*>cnp.PyArray_DATA(<cnp.ndarray>shapes_buf)
     cdef AttnOpts* opts = <AttnOpts*>cnp.PyArray_DATA(<cnp.ndarray>opts_buf)
     cdef TaskCost* order = <TaskCost*>cnp.PyArray_DATA(<cnp.ndarray>order_buf)
+    q0s_buf = _np.empty(n, _np.intp)   # each listed sequence's first row of q and out
+    cdef Py_ssize_t* q0s = <Py_ssize_t*>cnp.PyArray_DATA(<cnp.ndarray>q0s_buf)
     cdef real_t** qs = <real_t**>cnp.PyArray_DATA(<cnp.ndarray>ptrs_buf)
     cdef real_t** ks = qs + n
     cdef real_t** vs = qs + 2 * n
@@ -1041,6 +1102,8 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
     cdef real_t** outs = qs + 4 * n
     cdef Layout lq_, lo, lk_, lv
     lq_.sb, lq_.sh, lq_.ss, lq_.H = 0, rs[1], rs[0], Hq      # q: rows of Hq heads where they lie
+    if q16 != NULL:
+        lq_.sh, lq_.ss = D, Hq * D                             # (or their float32 copy)
     lo.sb, lo.sh, lo.ss, lo.H = 0, D, Hq * D, Hq             # out: C-contiguous
     lk_.sb, lk_.sh, lk_.ss, lk_.H = 0, rs[3], rs[2], Hkv     # k and v rows where they lie
     lv.sb, lv.sh, lv.ss, lv.H = 0, rs[5], rs[4], Hkv
@@ -1083,7 +1146,12 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
             o.ktable, o.kbs = table + b * mbs, BS
         if lse != NULL:
             o.lse, o.lse_ld = lse + q0, Tq
-        qs[s], outs[s] = <real_t*>(q + q0 * rs[0]), out + q0 * Hq * D
+        q0s[s] = q0
+        if q16 != NULL:
+            qs[s], outs[s] = qw + r0 * Hq * D, ow + r0 * Hq * D
+            r0 += lq
+        else:
+            qs[s], outs[s] = <real_t*>(q + q0 * rs[0]), out + q0 * Hq * D
         ss[s] = <real_t*>(slopes + b * slopes_ld) if slopes != NULL else NULL
         ntasks += flash_tasks(&shapes[s], Hkv)
         jj = _sat_mul(_sat_mul(Hq * lq, lk), D)
@@ -1114,9 +1182,15 @@ cdef object _varlen_task_list(rnd_t tag, const real_t* q, const real_t* k, const
             task_seq[t], task_local[t] = s, jj
             t += 1
     cdef int nt = <int>min(_threads_for(nthreads, macs), ntasks)
+    # (the q16 rows' conversions: a team only where they are large, as _convert_par's)
+    cdef int cnt = <int>min(<Py_ssize_t>nt, ceil_div(nrows * Hq * D, CONVERT_CHUNK))
     cdef Py_ssize_t per_thread = flash_scratch(D, any_chunk)
     buf = _scratch("varlen:decodes", nt * per_thread * sizeof(real_t))
     cdef real_t* scratch = <real_t*>_aligned(buf)
     with nogil:
+        if real_t is float and q16 != NULL:
+            _rows16_list(shapes, q0s, q16, rs[0], rs[1], qs, out16, outs, n, is_f16, cnt, True)
         decodes_core(tag, ntasks, task_seq, task_local, qs, ks, vs, ss, outs, shapes, opts, scratch, per_thread, nt)
+        if real_t is float and q16 != NULL and not fc_stopped(&it):
+            _rows16_list(shapes, q0s, q16, rs[0], rs[1], qs, out16, outs, n, is_f16, cnt, False)
     fc_interrupt_raise(&it)

@@ -126,21 +126,22 @@ cdef object drive_attention_varlen(rnd_t tag, const real_t* q, const real_t* k, 
             slopes_ld, out, lse, dims, params, nthreads, False, row_strides)
 
 
-cdef object drive_attention_varlen_half(RoundNone tag, const float* q, const unsigned short* k,
+cdef object drive_attention_varlen_half(RoundNone tag, const unsigned short* q, const unsigned short* k,
                                         const unsigned short* v, const unsigned int* cu_seqlens_q,
                                         const unsigned int* cu_seqlens_k, const float* slopes, Py_ssize_t slopes_ld,
                                         const unsigned int* block_table, Py_ssize_t max_blocks,
-                                        const unsigned int* seqused_k, float* out, float* lse, tuple dims,
+                                        const unsigned int* seqused_k, unsigned short* out, float* lse, tuple dims,
                                         dict params, int nthreads, int is_f16, const Py_ssize_t* row_strides,
                                         bint f16_split=False):
-    """drive_attention_varlen on bf16/f16 inputs under float32 compute: q widened exactly, k and v
-    in their 16-bit storage, each sequence's keys gathered and widened exactly as it runs (only the
-    keys a call uses are read: a paged pool costs only its live blocks), the bf16 scores by
-    vdpbf16ps or AMX tiles where the CPU has them (as drive_attention_flash_half); f16_split: the
-    entry found f16's split words allowed (_f16_split) and q, k, v finite (_varlen)."""
-    _varlen(tag, q, <const float*>NULL, <const float*>NULL, k, v, is_f16, cu_seqlens_q, cu_seqlens_k, block_table,
-            max_blocks, seqused_k, slopes, slopes_ld, out, lse, dims, params, nthreads,
-            bool(FC_HAVE_DPBF16) and not is_f16, row_strides, _round_p(params, is_f16), f16_split)
+    """drive_attention_varlen on bf16/f16 inputs under float32 compute: q, k and v in their 16-bit
+    storage (q read as the half flash reads it, each sequence's keys gathered as it runs: only the
+    keys a call uses are read, so a paged pool costs only its live blocks), out [Tq, Hq, D]
+    C-contiguous in T, each row rounded once from float32; the bf16 scores by vdpbf16ps or AMX
+    tiles where the CPU has them (as drive_attention_flash_half); f16_split: the entry found f16's
+    split words allowed (_f16_split) and q finite (_varlen)."""
+    _varlen(tag, <const float*>NULL, <const float*>NULL, <const float*>NULL, k, v, is_f16, cu_seqlens_q,
+            cu_seqlens_k, block_table, max_blocks, seqused_k, slopes, slopes_ld, <float*>NULL, lse, dims, params,
+            nthreads, bool(FC_HAVE_DPBF16) and not is_f16, row_strides, _round_p(params, is_f16), f16_split, q, out)
 
 
 # ---- torch SDPA's masks: a boolean mask and an additive bias, broadcast (top-left masks) ---------

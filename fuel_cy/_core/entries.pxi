@@ -320,21 +320,23 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         return _from_work(out, code, nthreads) if narrow else out
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
         q, k, v, cu_q, cu_k, s, table, used = ins
-        q_a = _win(q, npwork, code, narrow, nthreads, "q")
         s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
         # [SB, Hq] slopes (the contract reads [Hq] as [1, Hq]): per sequence, or one set for all
         s_ld = _dim(s_a, 1) if s_a is not None and _dim(s_a, 0) > 1 else 0
         mbs = _dim(table, 1) if table is not None else 0
-        out = _out("out:out", q, npwork, narrow, tn)
         # the log-sum-exp [Hq, Tq] when asked (the contract's `when: return_lse`); +inf stays
         # where a row has nothing admissible
         lse = _np.full((_dim(q, 1), _dim(q, 0)), _np.inf, _np.float32) if params.get("return_lse") else None
-        # q, k and v read where they lie (rows of heads with adjacent elements; others copied once);
-        # a half-type q is widened into a C-contiguous work array
+        # q, k and v read where they lie (rows of heads with adjacent elements; others copied once),
+        # bf16/f16 ones in their storage, the output of those written rounded to T
+        q = _rows_heads_view(q, strides, strides + 1)
         k = _rows_heads_view(k, strides + 2, strides + 3)
         v = _rows_heads_view(v, strides + 4, strides + 5)
         if driver == _DRV_VARLEN:
-            q_a = _rows_heads_view(q_a, strides, strides + 1)
+            q_a = _win(q, npwork, code, narrow, nthreads, "q")
+            if q_a is not q:   # (a widened copy: flat and C-contiguous)
+                q_a = _rows_heads_view(_np.reshape(q_a, _np.shape(q)), strides, strides + 1)
+            out = _out("out:out", q, npwork, narrow, tn)
             drive_attention_varlen(tag, <const real_t*>_data_strided(q_a, tn), <const real_t*>_data_strided(k, tn),
                                    <const real_t*>_data_strided(v, tn), <const unsigned int*>_ptr(cu_q, u32, i32),
                                    <const unsigned int*>_ptr(cu_k, u32, i32), <const real_t*>_ptr(s_a, tn), s_ld,
@@ -342,17 +344,19 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                    <real_t*>_ptr(out, tn), <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params,
                                    nthreads, strides)
         else:
-            if rnd_t is RoundNone and real_t is float:   # k and v in their 16-bit storage (cores.py half_storage)
+            if rnd_t is RoundNone and real_t is float:   # q, k and v in their 16-bit storage (cores.py half_storage)
                 h = _half_typenum(code)
-                strides[0], strides[1] = _dim(q, 1) * _dim(q, 2), _dim(q, 2)
-                drive_attention_varlen_half(tag, <const float*>_ptr(q_a, tn), <const unsigned short*>_data_strided(k, h),
+                out = _empty_as(q, h)
+                drive_attention_varlen_half(tag, <const unsigned short*>_data_strided(q, h),
+                                            <const unsigned short*>_data_strided(k, h),
                                             <const unsigned short*>_data_strided(v, h),
                                             <const unsigned int*>_ptr(cu_q, u32, i32),
                                             <const unsigned int*>_ptr(cu_k, u32, i32), <const float*>_ptr(s_a, tn), s_ld,
                                             <const unsigned int*>_ptr(table, u32, i32), mbs,
-                                            <const unsigned int*>_ptr(used, u32, i32), <float*>_ptr(out, tn),
+                                            <const unsigned int*>_ptr(used, u32, i32), <unsigned short*>_ptr(out, h),
                                             <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params, nthreads, is_f16,
                                             strides, is_f16 == 1 and _f16_split(_round_p(params, 1)) and _finite16(q))
+                return (out, lse) if lse is not None else out
         result = _from_work(out, code, nthreads) if narrow else out
         return (result, lse) if lse is not None else result
     q, k, v, do, s = ins

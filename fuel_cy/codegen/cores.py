@@ -117,9 +117,9 @@ BINDINGS: Mapping[str, CoreBinding] = {
     "attention_flash_backward_mixed": CoreBinding(BACKWARD, half_driver="attention_flash_backward_half"),
     # the model-facing kernels (contracts/fuel-cy-model.md): f32/f64 in their own type, bf16/f16
     # under the float32 policy with the bf16 scores of attention_flash_half
-    # bf16/f16 k and v in their storage: each sequence's keys are gathered and widened as it runs,
-    # so a paged pool costs only the blocks a call reads
-    "attention_varlen": CoreBinding(VARLEN, half_driver="attention_varlen_half", half_storage=("k", "v")),
+    # bf16/f16 q, k and v in their storage: each sequence's keys are gathered as it runs (a paged
+    # pool costs only the blocks a call reads), its q read and its output rounded as the half flash's
+    "attention_varlen": CoreBinding(VARLEN, half_driver="attention_varlen_half", half_storage=("q", "k", "v")),
     "attention_masked": CoreBinding(MASKED, half_driver="attention_masked_half"),
     # their backwards: bf16/f16 widened exactly, float32 math (the mixed backward's numerics)
     "attention_varlen_backward": CoreBinding(VARLEN_BACKWARD, half_driver="attention_varlen_backward_half"),
