@@ -353,23 +353,16 @@ cdef void _layouts(Shape* sh, const Py_ssize_t* strides) noexcept:
     sh.lo.sb, sh.lo.sh, sh.lo.ss = strides[9], strides[10], strides[11]
 
 
-cdef void _zero_rows(real_t* out, Shape* sh) noexcept nogil:
-    """Every row of out (laid out as sh.lo says) set to zero: no key to attend."""
+cdef void _zero_rows(char* out, size_t itemsize, Shape* sh) noexcept nogil:
+    """Every row of out (elements of itemsize bytes, laid out as sh.lo says) set to zero: no key
+    to attend (+0 is all zero bits in every float type, bf16 and f16 included)."""
     cdef Py_ssize_t head, i
     if sh.lo.ss == sh.D and sh.lo.sh == sh.Sq * sh.D and sh.lo.sb == sh.Hq * sh.Sq * sh.D:
-        memset(out, 0, sh.B * sh.Hq * sh.Sq * sh.D * sizeof(real_t))
+        memset(out, 0, sh.B * sh.Hq * sh.Sq * sh.D * itemsize)
         return
     for head in range(sh.B * sh.Hq):
         for i in range(sh.Sq):
-            memset(out + row_offset(&sh.lo, head, i), 0, sh.D * sizeof(real_t))
-
-
-cdef void _zero_rows16(unsigned short* out, Shape* sh) noexcept nogil:
-    """_zero_rows for an output in 16-bit storage (+0 is 0x0000 in bf16 and f16)."""
-    cdef Py_ssize_t head, i
-    for head in range(sh.B * sh.Hq):
-        for i in range(sh.Sq):
-            memset(out + row_offset(&sh.lo, head, i), 0, sh.D * sizeof(unsigned short))
+            memset(out + row_offset(&sh.lo, head, i) * itemsize, 0, sh.D * itemsize)
 
 
 cdef inline void _mask_strides(tuple mdims, Shape* sh, Py_ssize_t* sb, Py_ssize_t* shd, Py_ssize_t* si):
@@ -484,9 +477,9 @@ cdef object _forward(rnd_t tag, const real_t* q, const real_t* k, const real_t* 
         return
     if sh.Sk == 0 or sh.D == 0:
         if out_h16 != NULL:
-            _zero_rows16(out_h16, &sh)
+            _zero_rows(<char*>out_h16, sizeof(unsigned short), &sh)
         else:
-            _zero_rows(out, &sh)
+            _zero_rows(<char*>out, sizeof(real_t), &sh)
         return
     nthreads = _threads_for(nthreads, _sat_mul(nout, sh.Sk))
     cdef AttnOpts o = _opts(params, sh.Sq, sh.Sk, shift)
