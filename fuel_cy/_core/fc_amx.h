@@ -89,26 +89,28 @@ static inline void fc_pv_edge_bf16v(const float* P, ptrdiff_t ldp, ptrdiff_t nro
  * outlives the task (other code in these threads, torch's oneDNN, configures its own).  Outside a
  * span every kernel configures and releases as it always did.  Every kernel loads the same
  * configuration (fc_amx_config) and sets each accumulator it uses (zeroed or loaded) itself. */
-static __thread int fc_amx_held = 0;
-static __thread int fc_amx_live = 0;   /* bit 1: the tiles configured in this span; bit 2: the emulated ones */
+/* One thread-local int, read once per check (a thread-local of a shared object costs a call to
+ * find): FC_AMX_SPAN set while a span is open, bit 1 while the tiles are configured in it, bit 2
+ * while the emulated ones are. */
+#define FC_AMX_SPAN 4
+static __thread int fc_amx_span = 0;
 #define FC_AMX_HELD_CFG(bit, LOADCFG)                                                            \
     do {                                                                                         \
-        if (!fc_amx_held || !(fc_amx_live & (bit))) {                                            \
+        int span_ = fc_amx_span;                                                                 \
+        if ((span_ & (FC_AMX_SPAN | (bit))) != (FC_AMX_SPAN | (bit))) {                          \
             LOADCFG;                                                                             \
-            fc_amx_live |= (bit);                                                                \
+            fc_amx_span = span_ | (bit);                                                         \
         }                                                                                        \
     } while (0)
 #define FC_AMX_HELD_RELEASE(bit, RELEASE)                                                        \
     do {                                                                                         \
-        if (!fc_amx_held) {                                                                      \
+        int span_ = fc_amx_span;                                                                 \
+        if (!(span_ & FC_AMX_SPAN)) {                                                            \
             RELEASE;                                                                             \
-            fc_amx_live &= ~(bit);                                                               \
+            fc_amx_span = span_ & ~(bit);                                                        \
         }                                                                                        \
     } while (0)
-static inline void fc_amx_hold(void) {
-    fc_amx_held = 1;
-    fc_amx_live = 0;
-}
+static inline void fc_amx_hold(void) { fc_amx_span = FC_AMX_SPAN; }
 #if FC_HAVE_DPBF16
 /* ldtilecfg's 64-byte operand (palette 1: eight tiles of at most 16 rows x 64 bytes) */
 typedef struct {
@@ -502,12 +504,11 @@ static inline int fc_amx_emu_configured(void) {
 static inline void fc_amx_unhold(void) {
 #if FC_HAVE_DPBF16
 #if FC_HAVE_AMX
-    if (fc_amx_live & 1) __asm__ volatile("tilerelease" ::: "memory");
+    if (fc_amx_span & 1) __asm__ volatile("tilerelease" ::: "memory");
 #endif
-    if (fc_amx_live & 2) fc_amx_emu_release();
+    if (fc_amx_span & 2) fc_amx_emu_release();
 #endif
-    fc_amx_held = 0;
-    fc_amx_live = 0;
+    fc_amx_span = 0;
 }
 
 /* The float32 loops with fc_pv_amx's arguments (V's pairs, if any, are for the tiles only) */
