@@ -64,6 +64,12 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
          [("backward f32 B=1 H=8 S=2048 D=64", _backward(np.float32, 2048, 64)),
           ("backward f32 B=1 H=8 S=2048 D=128", _backward(np.float32, 2048, 128))]),
     ]
+    if len(c._test_gemm_blocks()) > 1:
+        out.append(("fc_gemm_block", c._test_gemm_block, c._test_gemm_blocks(),
+                    [("flash f32 B=1 H=8 S=2048 D=64", _flash(np.float32, 2048, 64)),
+                     ("flash f32 B=1 H=8 S=2048 D=128", _flash(np.float32, 2048, 128)),
+                     ("flash f64 B=1 H=8 S=2048 D=128", _flash(np.float64, 2048, 128)),
+                     ("backward f32 B=1 H=8 S=2048 D=64", _backward(np.float32, 2048, 64))]))
     if len(c._test_bf16_forms()) > 1:
         out.append(("fc_bf16_form", c._test_bf16_form, c._test_bf16_forms(),
                     [("flash bf16 B=1 H=8 S=1024 D=64", _flash(ml_dtypes.bfloat16, 1024, 64)),

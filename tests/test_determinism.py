@@ -137,9 +137,11 @@ def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
 
 def test_micro_architecture_choices_follow_the_vendor():
     """fc_uarch.h, at AVX-512: AMD CPUs take 32 backward rows per step (128 where all five
-    products run on vdpbf16ps), the others (Intel, measured 64 faster) 64; every CPU measured
-    took the strided PV form and, at AVX-512, two register blocks per A^T copy.  Below AVX-512 every CPU takes the strided PV form, 64 rows
-    and one block."""
+    products run on vdpbf16ps) and the narrow register block of Q K^T and P V, the others
+    (Intel, measured faster in each) 64 rows and the wide block; every CPU measured took the
+    strided PV form and, at AVX-512, two register blocks per A^T copy.  Below AVX-512 every CPU
+    takes the strided PV form, 64 rows, one block per copy and the narrow register block (the
+    only one its 16 registers hold)."""
     from fuel_cy import _cpuid
 
     _, vendor, _, _ = _cpuid.probe()
@@ -149,6 +151,8 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_bwd_rows() == (32 if amd512 else 64)
     assert core()._test_bwd_rows_pairs() == (128 if amd512 else 64)
     assert core()._test_tn_blocks() == (2 if avx512 else 1)
+    assert core()._test_gemm_blocks() == (["narrow", "wide"] if avx512 else ["narrow"])
+    assert core()._test_gemm_block() == ("wide" if avx512 and not amd512 else "narrow")
 
 
 def test_f16_form_follows_the_instruction_set():
@@ -171,26 +175,41 @@ def test_f16_form_follows_the_instruction_set():
 def test_micro_architecture_choices_give_the_same_bits(dtype):
     """Every form fc_uarch.h may pick computes the same sums in the same order: the PV form
     (flash, naive, the backward's dQ), the backward's query rows per step (a step of 16, 32 or
-    64 of the 70 query rows, so partial steps too) and the register blocks per A^T copy of its
-    dK and dV products (150 keys: whole spans and a remainder)."""
+    64 of the 70 query rows, so partial steps too), the register blocks per A^T copy of its
+    dK and dV products (150 keys: whole spans and a remainder) and the register block of
+    Q K^T and P V (D = 115: at AVX-512 one wide block of columns, then a narrow one, a vector
+    and 3 scalar columns; 64-row tiles in 6-row blocks and a 4-row one, the last 6 rows in a 6
+    and a 2; 200 keys: a 128-key tile and one of 72, a wide and a narrow block of scores)."""
     c = core()
-    pv, rows, blocks = c._test_pv_form(), c._test_bwd_rows(), c._test_tn_blocks()
-    calls = _calls(dtype)
+    pv, rows, blocks, block = c._test_pv_form(), c._test_bwd_rows(), c._test_tn_blocks(), c._test_gemm_block()
+    rng = np.random.default_rng(22)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+    q, k, v, do = r(1, 2, 70, 115), r(1, 2, 200, 115), r(1, 2, 200, 115), r(1, 2, 70, 115)
+    calls = _calls(dtype) + [
+        ("attention_naive", (q, k, v), {}),
+        ("attention_flash", (q, k, v), {}),
+        ("attention_flash_backward", (q, k, v, do), {}),
+    ]
     try:
         seen = {}
         for form in ("pointer", "stride"):
             for n in (16, 32, 64):
                 for nb in (1, 2):
-                    assert c._test_pv_form(form) == form and c._test_bwd_rows(n) == n and c._test_tn_blocks(nb) == nb
-                    for name, args, params in calls:
-                        seen.setdefault(name, []).append(_bits(getattr(fuel_cy, name)(*args, **params)))
+                    for gb in c._test_gemm_blocks():
+                        assert c._test_pv_form(form) == form and c._test_bwd_rows(n) == n
+                        assert c._test_tn_blocks(nb) == nb and c._test_gemm_block(gb) == gb
+                        for i, (name, args, params) in enumerate(calls):
+                            seen.setdefault((i, name), []).append(_bits(getattr(fuel_cy, name)(*args, **params)))
     finally:
         c._test_pv_form(pv)
         c._test_bwd_rows(rows)
         c._test_tn_blocks(blocks)
+        c._test_gemm_block(block)
     for name, bits in seen.items():
         assert all(b == bits[0] for b in bits), name
     with pytest.raises(ValueError):
         c._test_bwd_rows(65)
     with pytest.raises(ValueError):
         c._test_tn_blocks(3)
+    with pytest.raises(ValueError):
+        c._test_gemm_block("square")

@@ -18,45 +18,65 @@
 #include "fc_uarch.h"    /* fc_pv_form, fc_tn_blocks, fc_bf16_form */
 #include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
-/* One register block of S = Q Kt: NRB rows x 2W columns at (i, j0), sequential over d. */
-#define FC_QK_BLOCK(T, SUF, W, NRB)                                                              \
+/* One register block of S = Q Kt: NRB rows x NV vectors of columns at (i, j0), sequential over d. */
+#define FC_QK_BLOCK(T, SUF, W, NRB, NV)                                                          \
     {                                                                                            \
         const T* q[NRB];                                                                         \
         for (int r = 0; r < NRB; r++) q[r] = Q + (i + r) * D;                                    \
-        fc_vec_##SUF a[NRB][2] = {{{0}}};                                                         \
+        fc_vec_##SUF a[NRB][NV] = {{{0}}};                                                        \
         const T* kp = Kt + j0;                                                                   \
         for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
-            fc_vec_##SUF k0 = fc_load_##SUF(kp), k1 = fc_load_##SUF(kp + W);                     \
-            for (int r = 0; r < NRB; r++) { a[r][0] += q[r][d] * k0; a[r][1] += q[r][d] * k1; } \
+            fc_vec_##SUF k[NV];                                                                  \
+            for (int c = 0; c < NV; c++) k[c] = fc_load_##SUF(kp + c * W);                       \
+            for (int r = 0; r < NRB; r++)                                                        \
+                for (int c = 0; c < NV; c++) a[r][c] += q[r][d] * k[c];                          \
         }                                                                                        \
-        for (int r = 0; r < NRB; r++) {                                                          \
-            fc_store_##SUF(S + (i + r) * lds + j0, a[r][0]);                                     \
-            fc_store_##SUF(S + (i + r) * lds + j0 + W, a[r][1]);                                 \
-        }                                                                                        \
+        for (int r = 0; r < NRB; r++)                                                            \
+            for (int c = 0; c < NV; c++) fc_store_##SUF(S + (i + r) * lds + j0 + c * W, a[r][c]); \
     }
 
-/* One register block of O += P V: NRB rows x 2W columns at (i, d0), sequential over j.  VROW(j)
- * is the address of V's row j, PF(j) what to prefetch at step j (the row forms below). */
-#define FC_PV_BLOCK(T, SUF, W, NRB, VROW, PF)                                                    \
+/* One register block of O += P V: NRB rows x NV vectors of columns at (i, d0), sequential over j.
+ * VROW(j) is the address of V's row j, PF(j) what to prefetch at step j (the row forms below). */
+#define FC_PV_BLOCK(T, SUF, W, VROW, PF, NRB, NV)                                                \
     {                                                                                            \
         const T* p[NRB];                                                                         \
-        fc_vec_##SUF a[NRB][2];                                                                  \
+        fc_vec_##SUF a[NRB][NV];                                                                 \
         for (int r = 0; r < NRB; r++) {                                                          \
             p[r] = P + (i + r) * ldp;                                                            \
-            a[r][0] = fc_load_##SUF(O + (i + r) * ldo + d0);                                     \
-            a[r][1] = fc_load_##SUF(O + (i + r) * ldo + d0 + W);                                 \
+            for (int c = 0; c < NV; c++) a[r][c] = fc_load_##SUF(O + (i + r) * ldo + d0 + c * W); \
         }                                                                                        \
         for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
             const T* v = VROW(j) + d0;                                                           \
             PF(j)                                                                                \
-            fc_vec_##SUF v0 = fc_load_##SUF(v), v1 = fc_load_##SUF(v + W);                       \
-            for (int r = 0; r < NRB; r++) { a[r][0] += p[r][j] * v0; a[r][1] += p[r][j] * v1; } \
+            fc_vec_##SUF vv[NV];                                                                 \
+            for (int c = 0; c < NV; c++) vv[c] = fc_load_##SUF(v + c * W);                       \
+            for (int r = 0; r < NRB; r++)                                                        \
+                for (int c = 0; c < NV; c++) a[r][c] += p[r][j] * vv[c];                         \
         }                                                                                        \
-        for (int r = 0; r < NRB; r++) {                                                          \
-            fc_store_##SUF(O + (i + r) * ldo + d0, a[r][0]);                                     \
-            fc_store_##SUF(O + (i + r) * ldo + d0 + W, a[r][1]);                                 \
-        }                                                                                        \
+        for (int r = 0; r < NRB; r++)                                                            \
+            for (int c = 0; c < NV; c++) fc_store_##SUF(O + (i + r) * ldo + d0 + c * W, a[r][c]); \
     }
+
+/* The row blocks of one column block, NV vectors wide: NRB rows at a time, then 4, then 2. */
+#define FC_ROW_BLOCKS(BLOCK, NRB, NV, ...)                                                       \
+    {                                                                                            \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + (NRB) <= nrows4; i += (NRB)) BLOCK(__VA_ARGS__, NRB, NV)                       \
+        for (; i + 4 <= nrows4; i += 4) BLOCK(__VA_ARGS__, 4, NV)                                 \
+        for (; i < nrows4; i += 2) BLOCK(__VA_ARGS__, 2, NV)                                      \
+    }
+
+/* Whether S = Q K^T and O += P V take the wide register block (fc_uarch.h fc_gemm_block): 6 rows
+ * x 4 vectors needs 24 accumulators, which only AVX-512's 32 registers hold.  f64's O += P V keeps
+ * the narrow block: wide, its V slices of 128 keys x 32 doubles, 1 KB apart at D=128, left L1 and
+ * the flash ran 10-15% slower on the Xeon, where f32's ran 3-4% faster. */
+#if FC_VBYTES == 64
+#define FC_QK_WIDE (fc_gemm_block == FC_GEMM_BLOCK_WIDE)
+#else
+#define FC_QK_WIDE 0
+#endif
+#define FC_PV_WIDE_f32 FC_QK_WIDE
+#define FC_PV_WIDE_f64 0
 
 /* V's rows for O += P V: gathered (a pointer per row: the paged cache, whose rows sit in other
  * pages, so they are prefetched FC_PREFETCH rows ahead) or a fixed stride apart (contiguous K/V:
@@ -69,19 +89,16 @@
 #define FC_PF_NONE(j)
 
 /* O[i, :] += sum_j P[i, j] * V[j, :], sequential over j, rows in groups of 4.  Column blocks are
- * the outer loop so each V slice [ncols][2W] stays in L1 across row groups.  The trailing
+ * the outer loop so each V slice [ncols][2W] (4W in the wide block) stays in L1 across row groups.  The trailing
  * arguments say how V's rows are found (FC_VROW_PTR: T* const* vrows; FC_VROW_STRIDED: const T*
  * V, ptrdiff_t ldv); the sums and their order are the same either way. */
 #define FC_DEFINE_PV(T, SUF, W, NAME, VROW, PF, ...)                                             \
 static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,          \
                         __VA_ARGS__, ptrdiff_t D, T* O, ptrdiff_t ldo) {                         \
     ptrdiff_t d0 = 0;                                                                            \
-    for (; d0 + 2 * W <= D; d0 += 2 * W) {                                                       \
-        ptrdiff_t i = 0;                                                                         \
-        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_PV_BLOCK(T, SUF, W, FC_NRB, VROW, PF)        \
-        for (; i + 4 <= nrows4; i += 4) FC_PV_BLOCK(T, SUF, W, 4, VROW, PF)                       \
-        for (; i < nrows4; i += 2) FC_PV_BLOCK(T, SUF, W, 2, VROW, PF)                            \
-    }                                                                                            \
+    if (FC_PV_WIDE_##SUF)                                                                        \
+        for (; d0 + 4 * W <= D; d0 += 4 * W) FC_ROW_BLOCKS(FC_PV_BLOCK, 6, 4, T, SUF, W, VROW, PF) \
+    for (; d0 + 2 * W <= D; d0 += 2 * W) FC_ROW_BLOCKS(FC_PV_BLOCK, FC_NRB, 2, T, SUF, W, VROW, PF) \
     for (; d0 + W <= D; d0 += W) {                                                               \
         for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
             const T *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;           \
@@ -113,15 +130,14 @@ static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t n
 
 #define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
 /* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0.  Each  \
- * Kt slice [D][2W] stays in L1 across the row blocks. */                                        \
+ * Kt slice [D][2W] (4W in the wide block) stays in L1 across the row blocks. */                                        \
 static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
                                T* S, ptrdiff_t lds, ptrdiff_t ncols) {                           \
-    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 2 * W) {                                            \
-        ptrdiff_t i = 0;                                                                         \
-        for (; i + FC_NRB <= nrows4; i += FC_NRB) FC_QK_BLOCK(T, SUF, W, FC_NRB)                  \
-        for (; i + 4 <= nrows4; i += 4) FC_QK_BLOCK(T, SUF, W, 4)                                 \
-        for (; i < nrows4; i += 2) FC_QK_BLOCK(T, SUF, W, 2)                                      \
-    }                                                                                            \
+    ptrdiff_t j0 = 0;                                                                            \
+    if (FC_QK_WIDE)   /* (the same columns written as by 2W: ncols rounded up to 2W) */        \
+        for (; j0 + 4 * W <= (ncols + 2 * W - 1) / (2 * W) * (2 * W); j0 += 4 * W)               \
+            FC_ROW_BLOCKS(FC_QK_BLOCK, 6, 4, T, SUF, W)                                          \
+    for (; j0 < ncols; j0 += 2 * W) FC_ROW_BLOCKS(FC_QK_BLOCK, FC_NRB, 2, T, SUF, W)             \
 }                                                                                                \
                                                                                                  \
 FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, T* const* vrows)                 \

@@ -57,6 +57,10 @@ cdef extern from "fc_uarch.h" nogil:
         FC_PV_BY_POINTER
         FC_PV_BY_STRIDE
     int fc_tn_blocks   # register blocks per A^T copy of the backward's C += A^T B
+    int fc_gemm_block  # the register block of S = Q K^T and O += P V
+    enum:
+        FC_GEMM_BLOCK_NARROW
+        FC_GEMM_BLOCK_WIDE
     int fc_f16_form    # which form the f16 math-in-T GEMMs take
     enum:
         FC_HAVE_F16_NATIVE
@@ -140,6 +144,24 @@ def _test_pv_form(form=None):
             raise ValueError(form)
         fc_pv_form = FC_PV_BY_STRIDE if form == "stride" else FC_PV_BY_POINTER
     return "stride" if fc_pv_form == FC_PV_BY_STRIDE else "pointer"
+
+
+def _test_gemm_blocks():
+    """Testing hook: the register blocks of S = Q K^T and O += P V this level has (fc_uarch.h
+    fc_gemm_block): "narrow" (FC_NRB rows x 2 vectors) everywhere, "wide" (6 rows x 4 vectors)
+    at AVX-512."""
+    return ["narrow", "wide"] if FC_VBYTES == 64 else ["narrow"]
+
+
+def _test_gemm_block(block=None):
+    """Testing hook: the register block of S = Q K^T and O += P V (chosen per CPU at load time);
+    with an argument (one of _test_gemm_blocks()), switch to it first."""
+    global fc_gemm_block
+    if block is not None:
+        if block not in _test_gemm_blocks():
+            raise ValueError(block)
+        fc_gemm_block = FC_GEMM_BLOCK_WIDE if block == "wide" else FC_GEMM_BLOCK_NARROW
+    return "wide" if fc_gemm_block == FC_GEMM_BLOCK_WIDE else "narrow"
 
 
 def _test_tn_blocks(blocks=None):
