@@ -33,7 +33,7 @@ static int fc_pv_form = FC_PV_BY_STRIDE;
  * fc_gemm.h): FC_NRB rows x 2 vectors of columns, or at AVX-512 6 rows x 4 vectors (24 of the 32
  * registers accumulate).  Per step the wide block loads 4 vectors and broadcasts 6 values for 24
  * FMAs where 8 x 2 loads 2 and broadcasts 8 for 16, and it reads Q (P) once per 4 vectors of
- * columns instead of once per 2.  On the Sapphire Rapids-class Xeon (family 6 model 167) the f32
+ * columns instead of once per 2.  On the AMX Xeon of family 6 model 167 the f32
  * flash ran 5-10% faster (S=2048, D=64 and 128) and the f64 flash 3-4% (the scores alone); Zen 4
  * is unmeasured in it and keeps 8 x 2.  Each output is the same sequential sum over the
  * contraction either way. */
