@@ -71,11 +71,11 @@
  * the narrow block: wide, its V slices of 128 keys x 32 doubles, 1 KB apart at D=128, left L1 and
  * the flash ran 10-15% slower on the Xeon, where f32's ran 3-4% faster. */
 #if FC_VBYTES == 64
-#define FC_QK_WIDE (fc_gemm_block == FC_GEMM_BLOCK_WIDE)
+#define FC_GEMM_WIDE (fc_gemm_block == FC_GEMM_BLOCK_WIDE)
 #else
-#define FC_QK_WIDE 0
+#define FC_GEMM_WIDE 0
 #endif
-#define FC_PV_WIDE_f32 FC_QK_WIDE
+#define FC_PV_WIDE_f32 FC_GEMM_WIDE
 #define FC_PV_WIDE_f64 0
 
 /* V's rows for O += P V: gathered (a pointer per row: the paged cache, whose rows sit in other
@@ -89,9 +89,9 @@
 #define FC_PF_NONE(j)
 
 /* O[i, :] += sum_j P[i, j] * V[j, :], sequential over j, rows in groups of 4.  Column blocks are
- * the outer loop so each V slice [ncols][2W] (4W in the wide block) stays in L1 across row groups.  The trailing
- * arguments say how V's rows are found (FC_VROW_PTR: T* const* vrows; FC_VROW_STRIDED: const T*
- * V, ptrdiff_t ldv); the sums and their order are the same either way. */
+ * the outer loop so each V slice [ncols][2W] (4W in the wide block) stays in L1 across row
+ * groups.  The trailing arguments say how V's rows are found (FC_VROW_PTR: T* const* vrows;
+ * FC_VROW_STRIDED: const T* V, ptrdiff_t ldv); the sums and their order are the same either way. */
 #define FC_DEFINE_PV(T, SUF, W, NAME, VROW, PF, ...)                                             \
 static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,          \
                         __VA_ARGS__, ptrdiff_t D, T* O, ptrdiff_t ldo) {                         \
@@ -130,11 +130,11 @@ static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t n
 
 #define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
 /* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0.  Each  \
- * Kt slice [D][2W] (4W in the wide block) stays in L1 across the row blocks. */                                        \
+ * Kt slice [D][2W] (4W in the wide block) stays in L1 across the row blocks. */                 \
 static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
                                T* S, ptrdiff_t lds, ptrdiff_t ncols) {                           \
     ptrdiff_t j0 = 0;                                                                            \
-    if (FC_QK_WIDE)   /* (the same columns written as by 2W: ncols rounded up to 2W) */        \
+    if (FC_GEMM_WIDE)   /* (the same columns written as by 2W: ncols rounded up to 2W) */      \
         for (; j0 + 4 * W <= (ncols + 2 * W - 1) / (2 * W) * (2 * W); j0 += 4 * W)               \
             FC_ROW_BLOCKS(FC_QK_BLOCK, 6, 4, T, SUF, W)                                          \
     for (; j0 < ncols; j0 += 2 * W) FC_ROW_BLOCKS(FC_QK_BLOCK, FC_NRB, 2, T, SUF, W)             \

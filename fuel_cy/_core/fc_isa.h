@@ -21,8 +21,8 @@
  * two loaded vectors and a broadcast; AVX2 has 16, where 8 rows spilled every accumulator to the
  * stack (20x slower) and 6 rows (12 accumulators, as BLIS's Haswell kernel) beat 4 by 5%; SSE
  * also needs a register for each product (no FMA, two-operand forms), so it keeps 4 rows.
- * Row counts are multiples of 4; blocks of 4 and 2 rows take what FC_NRB leaves.  At AVX-512, S = Q K^T
- * and O += P V may take 6 rows x 4 vectors instead (fc_uarch.h fc_gemm_block). */
+ * Row counts are multiples of 4; blocks of 4 and 2 rows take what FC_NRB leaves.  At AVX-512,
+ * S = Q K^T and O += P V may take 6 rows x 4 vectors instead (fc_uarch.h fc_gemm_block). */
 #if defined(__AVX512F__)
 #define FC_VBYTES 64
 #define FC_NRB 8
