@@ -186,7 +186,9 @@ def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: 
     attn_bias) that requires one is an error at backward, not a silent None.  A forward input
     the backward kernel does not take (block_table) must be absent.  A second output's gradient
     (attention_varlen's lse) goes to the backward's input named d<output> (dlse); a backward
-    without one refuses a nonzero gradient there.
+    without one refuses a nonzero gradient there.  A backward input named after a forward output
+    (attention_varlen_backward's out and lse) gets that output, saved, when the forward returned
+    every such output (lse only with return_lse), else none of them.
     """
     names = [spec.name for spec in forward.inputs]
     taken = {spec.name for spec in backward.inputs}
@@ -197,12 +199,19 @@ def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: 
     floats = {spec.name for spec in forward.inputs if any(DTYPES[d].is_float for d in spec.dtypes)}
     extra_outputs = [o.name for o in forward.returns.items[1:]]
     extra_grads = {f"d{name}" for name in extra_outputs} & taken
+    output_names = [o.name for o in forward.returns.items]
+    outputs_taken = [name for name in output_names if name in taken and name not in names]
 
     def refuse(clause: str, received: str) -> None:
         raise InputError(backward.name, "autograd", clause, received, "fuel_cy.torch")
 
     def setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
-        ctx.save_for_backward(*inputs)
+        outs = dict(zip(output_names, output if isinstance(output, (tuple, list)) else (output,)))
+        saved = [outs[name] for name in outputs_taken]
+        if any(t is None or t.numel() == 0 for t in saved):   # (an output not asked for is empty)
+            saved = []
+        ctx.n_inputs = len(inputs)
+        ctx.save_for_backward(*inputs, *saved)
         ctx.params = keyword_only_inputs
 
     def backward_fn(ctx: Any, grad: torch.Tensor, *more: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:
@@ -217,7 +226,8 @@ def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: 
                        f"a nonzero gradient for its output {name!r}")
         # (inputs after the last one the call passed are absent: their defaults, None)
         inputs: dict[str, Optional[torch.Tensor]] = dict.fromkeys(names)
-        inputs.update(zip(names, ctx.saved_tensors))
+        inputs.update(zip(names, ctx.saved_tensors[:ctx.n_inputs]))
+        outputs = dict(zip(outputs_taken, ctx.saved_tensors[ctx.n_inputs:]))
         needs = tuple(ctx.needs_input_grad) + (False,) * len(names)
         for i, name in enumerate(names):
             if name not in taken and inputs[name] is not None:
@@ -230,7 +240,8 @@ def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: 
         sliced = {name: t.narrow(key_axis[name], 0, k_len) if k_len is not None and name in key_axis else t
                   for name, t in inputs.items()}
         args = [grad.contiguous() if spec.name == grad_input else given[spec.name] if spec.name in given
-                else sliced[spec.name] for spec in backward.inputs]
+                else outputs.get(spec.name) if spec.name in outputs_taken else sliced[spec.name]
+                for spec in backward.inputs]
         grads = backward_op(*args, **{p: ctx.params[p] for p in params})
         out: list[Optional[torch.Tensor]] = []
         for name in names:

@@ -158,11 +158,10 @@ VARLEN_CASES = {
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("case", list(VARLEN_CASES))
-def test_varlen_backward_matches_per_sequence_float64_reference(dtype, case):
+def _varlen_case(case, dtype, seed):
+    """VARLEN_CASES[case]'s inputs and keyword arguments over LQ/LK's ragged sequences."""
     opts = dict(VARLEN_CASES[case])
-    rng = np.random.default_rng(len(case))
+    rng = np.random.default_rng(seed)
     Hq, Hkv, D = 4, opts.pop("hkv", 2), opts.pop("d", 40)
     cq = np.concatenate([[0], np.cumsum(LQ)]).astype(np.uint32)
     ck = np.concatenate([[0], np.cumsum(LK)]).astype(np.uint32)
@@ -172,12 +171,19 @@ def test_varlen_backward_matches_per_sequence_float64_reference(dtype, case):
         slopes = (rng.random((len(LQ), Hq) if slopes == "BH" else Hq) * 0.3).astype(np.float32)
     q, do = _rand(rng, (int(cq[-1]), Hq, D), dtype), _rand(rng, (int(cq[-1]), Hq, D), dtype)
     k, v = _rand(rng, (int(ck[-1]), Hkv, D), dtype), _rand(rng, (int(ck[-1]), Hkv, D), dtype)
-    got = fuel_cy.attention_varlen_backward(
-        q, k, v, do, cq, ck, slopes, used, softmax_scale=0.2, causal=opts.get("causal", False),
-        window_size_left=opts.get("wl"), window_size_right=opts.get("wr"), softcap=opts.get("softcap"))
+    kw = dict(softmax_scale=0.2, causal=opts.get("causal", False), window_size_left=opts.get("wl"),
+              window_size_right=opts.get("wr"), softcap=opts.get("softcap"))
+    return (q, k, v, do, cq, ck, slopes, used), kw
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", list(VARLEN_CASES))
+def test_varlen_backward_matches_per_sequence_float64_reference(dtype, case):
+    (q, k, v, do, cq, ck, slopes, used), kw = _varlen_case(case, dtype, len(case))
+    got = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, **kw)
     eff = float(np.float32(0.2))   # the contract's f32 scale
-    ref = _ref_varlen(q, k, v, do, cq, ck, used, eff, opts.get("causal", False), opts.get("wl"), opts.get("wr"),
-                      opts.get("softcap"), slopes)
+    ref = _ref_varlen(q, k, v, do, cq, ck, used, eff, kw["causal"], kw["window_size_left"], kw["window_size_right"],
+                      kw["softcap"], slopes)
     for name, g, r, x in zip(("dq", "dk", "dv"), got, ref, (q, k, v)):
         assert g.dtype == np.dtype(dtype) and g.shape == x.shape
         assert _rel(g, r) <= TOL[np.dtype(dtype)], name
@@ -185,6 +191,72 @@ def test_varlen_backward_matches_per_sequence_float64_reference(dtype, case):
     assert not np.any(got[0][int(cq[4]):int(cq[5])].astype(np.float64))
     if used is not None:
         assert not np.any(got[1][int(ck[0]) + 7:int(ck[1])].astype(np.float64))
+
+
+@pytest.mark.parametrize("case", list(VARLEN_CASES))
+def test_varlen_backward_given_the_forwards_out_and_lse_matches_float64(case):
+    """float32 with the forward's out and lse: the statistics come from them (key tiles outer);
+    the gradients meet the same float64 bound, rows nothing reads are still exact zeros."""
+    (q, k, v, do, cq, ck, slopes, used), kw = _varlen_case(case, np.float32, len(case))
+    out, lse = fuel_cy.attention_varlen(q, k, v, cq, ck, slopes, None, used, return_lse=True, **kw)
+    before = [x.copy() for x in (q, k, v, do, out, lse)]
+    got = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, out=out, lse=lse, **kw)
+    ref = _ref_varlen(q, k, v, do, cq, ck, used, float(np.float32(0.2)), kw["causal"], kw["window_size_left"],
+                      kw["window_size_right"], kw["softcap"], slopes)
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        assert _rel(g, r) <= TOL[np.dtype(np.float32)], name
+    assert not np.any(got[0][int(cq[4]):int(cq[5])])
+    if used is not None:
+        assert not np.any(got[1][int(ck[0]) + 7:int(ck[1])])
+    for x, b in zip((q, k, v, do, out, lse), before):   # inputs are never modified
+        assert x.tobytes() == b.tobytes()
+
+
+def test_varlen_backward_given_out_and_lse_takes_dlse_and_long_rows():
+    """Several key tiles per sequence (the tile loop's edges: 300 keys = 128 + 128 + 44), GQA,
+    and dlse: against the recomputing backward's float64 reference plus lse's gradient."""
+    rng = np.random.default_rng(11)
+    cq, ck = np.array([0, 130, 390], np.uint32), np.array([0, 300, 557], np.uint32)
+    q, do = _rand(rng, (390, 4, 72), np.float32), _rand(rng, (390, 4, 72), np.float32)
+    k, v = _rand(rng, (557, 2, 72), np.float32), _rand(rng, (557, 2, 72), np.float32)
+    dlse = _rand(rng, (4, 390), np.float32)
+    for causal in (False, True):
+        out, lse = fuel_cy.attention_varlen(q, k, v, cq, ck, causal=causal, return_lse=True)
+        want = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, dlse=dlse, causal=causal)
+        got = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, dlse=dlse, out=out, lse=lse, causal=causal)
+        for g, w in zip(got, want):
+            assert _rel(g, w.astype(np.float64)) <= 2e-6
+        # and dlse counts: without it the gradients move by far more than that
+        plain = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, out=out, lse=lse, causal=causal)
+        assert _rel(plain[0], got[0].astype(np.float64)) > 1e-2
+
+
+@pytest.mark.parametrize("dtype", [np.float64, BF16, np.float16], ids=lambda d: np.dtype(d).name)
+def test_varlen_backward_given_out_and_lse_recomputes_outside_float32(dtype):
+    """float64 (its float32 lse would cost it precision) and bf16/f16 take out and lse and
+    recompute: the bits of the call without them."""
+    (q, k, v, do, cq, ck, slopes, used), kw = _varlen_case("causal+softcap+alibi[B,H]+seqused", dtype, 12)
+    out, lse = fuel_cy.attention_varlen(q, k, v, cq, ck, slopes, None, used, return_lse=True, **kw)
+    a = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, **kw)
+    b = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, out=out, lse=lse, **kw)
+    for x, y in zip(a, b):
+        assert x.tobytes() == y.tobytes()
+
+
+def test_varlen_backward_takes_out_and_lse_together():
+    rng = np.random.default_rng(13)
+    q = _rand(rng, (30, 4, 16), np.float32)
+    k = _rand(rng, (30, 2, 16), np.float32)
+    cu = np.array([0, 30], np.uint32)
+    out, lse = fuel_cy.attention_varlen(q, k, k, cu, cu, return_lse=True)
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'lse'.*both or neither.*'out' without 'lse'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out)
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'out'.*'lse' without 'out'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, lse=lse)
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'lse'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out, lse=lse[:, :29])
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'out'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out.astype(np.float64), lse=lse)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -215,7 +287,7 @@ def test_varlen_backward_keeps_a_rank4_key_arrays_shape():
     assert dk.reshape(30, 2, 16).tobytes() == flat[1].tobytes() and dq.tobytes() == flat[0].tobytes()
 
 
-@pytest.mark.parametrize("kernel", ["masked", "varlen"])
+@pytest.mark.parametrize("kernel", ["masked", "varlen", "varlen_saved"])
 def test_backward_bits_do_not_depend_on_threads(kernel):
     rng = np.random.default_rng(7)
     if kernel == "masked":
@@ -228,6 +300,10 @@ def test_backward_bits_do_not_depend_on_threads(kernel):
         q, do = _rand(rng, (300, 8, 64), np.float32), _rand(rng, (300, 8, 64), np.float32)
         k, v = _rand(rng, (300, 2, 64), np.float32), _rand(rng, (300, 2, 64), np.float32)
         run = lambda: fuel_cy.attention_varlen_backward(q, k, v, do, cq, cq, causal=True)   # noqa: E731
+        if kernel == "varlen_saved":   # the forward's statistics: key tiles outer, dQ summed across them
+            out, lse = fuel_cy.attention_varlen(q, k, v, cq, cq, causal=True, return_lse=True)
+            run = lambda: fuel_cy.attention_varlen_backward(q, k, v, do, cq, cq, out=out, lse=lse,  # noqa: E731
+                                                            causal=True)
     try:
         fuel_cy.set_num_threads(1)
         one = run()
@@ -326,6 +402,29 @@ def test_torch_varlen_gradient_through_lse_matches_float64():
     for a, r in zip(got, ref):
         # lse is float32 whatever q's dtype: its gradient enters at float32
         assert float((a - r).abs().max()) <= 1e-6 * float(r.abs().max())
+
+
+def test_torch_varlen_autograd_passes_the_saved_out_and_lse():
+    """float32 with return_lse: autograd hands the backward the forward's out and lse (the
+    direct call's bits with them), and the gradients meet the float64 bound."""
+    torch.manual_seed(3)
+    cq, ck = torch.tensor([0, 70, 200], dtype=torch.int32), torch.tensor([0, 150, 300], dtype=torch.int32)
+    q = torch.randn(200, 4, 32, requires_grad=True)
+    k = torch.randn(300, 2, 32, requires_grad=True)
+    v = torch.randn(300, 2, 32, requires_grad=True)
+    grad = torch.randn(200, 4, 32)
+    out, lse = ft.attention_varlen(q, k, v, cq, ck, causal=True, return_lse=True)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    n = lambda t: t.detach().numpy()   # noqa: E731
+    want = fuel_cy.attention_varlen_backward(n(q), n(k), n(v), n(grad), n(cq), n(ck), out=n(out), lse=n(lse),
+                                             causal=True)
+    for a, w in zip(got, want):
+        assert a.numpy().tobytes() == w.tobytes()
+    recomputed = fuel_cy.attention_varlen_backward(n(q), n(k), n(v), n(grad), n(cq), n(ck), causal=True)
+    assert any(a.numpy().tobytes() != r.tobytes() for a, r in zip(got, recomputed))   # (another order)
+    ref = _ref_varlen(n(q), n(k), n(v), n(grad), n(cq), n(ck), None, float(np.float32(1 / np.sqrt(32))), causal=True)
+    for a, r in zip(got, ref):
+        assert _rel(a.numpy(), r) <= TOL[np.dtype(np.float32)]
 
 
 def test_torch_autograd_refuses_what_the_backward_cannot_honour():

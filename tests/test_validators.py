@@ -80,6 +80,10 @@ def _first_failing_clause(spec, arr) -> str | None:
     return None
 
 
+# optional inputs the contract's prose says come together (the forward's out and lse)
+PAIRED_INPUTS = {("attention_varlen_backward", "out"): "lse", ("attention_varlen_backward", "lse"): "out"}
+
+
 def _clause_cases():
     for k in KERNELS:
         yield k, "baseline"
@@ -160,6 +164,16 @@ def test_clause(kernel, case):
         # for a boolean mask True everywhere (every pair takes part)
         # (seqused_k: every key of each sequence; a block table: any, every key row holds 0.5)
         idx = case[1]
+        partner = PAIRED_INPUTS.get((kernel.name, kernel.inputs[idx].name))
+        if partner is not None:
+            # inputs that come together (the prose): one alone is an error naming the one
+            # missing; both omitted is the call without them
+            arrays[idx] = None
+            with pytest.raises(fuel_cy.InputError, match=rf"input '{kernel.inputs[idx].name}'.*both or neither"):
+                _call(kernel, arrays)
+            arrays[[s.name for s in kernel.inputs].index(partner)] = None
+            assert all(np.all(np.isfinite(g)) for g in _call(kernel, arrays))
+            return
         zeros = np.ones_like(arrays[idx]) if arrays[idx].dtype == np.bool_ else np.zeros_like(arrays[idx])
         if kernel.inputs[idx].name == "seqused_k":
             cu_k = arrays[[s.name for s in kernel.inputs].index("cu_seqlens_k")]

@@ -632,7 +632,8 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
                       const real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                       tuple dims, dict params, int nthreads, bint bf16_pairs, Py_ssize_t shift=0,
                       bint alibi_abs=False, const unsigned char* mask=NULL, const real_t* bias=NULL,
-                      tuple mask_dims=None, const float* dlse=NULL, Py_ssize_t dlse_ld=0, int round_p=0):
+                      tuple mask_dims=None, const float* dlse=NULL, Py_ssize_t dlse_ld=0, int round_p=0,
+                      const real_t* fwd_out=NULL, const float* fwd_lse=NULL, Py_ssize_t fwd_lse_ld=0):
     """bf16_pairs: q, k, v and dout hold bf16 values; S and dP come from vdpbf16ps.  shift,
     alibi_abs, mask, bias, mask_dims: as _forward's (the masks' alignment, flash-attn's ALiBi
     form, attention_masked's boolean mask and additive bias), so each forward's scores are
@@ -640,7 +641,10 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     flattened head bh at dlse[bh * dlse_ld + i] (AttnOpts.lse), or NULL.  round_p: AttnOpts.round_p
     (_round_p; float32 compute only).  f16 with round_p where the bf16 products take the tiles
     (_f16_split) runs all five products from split words (fc_f16_tiles.h) when q, k, v and dout are
-    finite (an infinity has no split; else the float32 loops)."""
+    finite (an infinity has no split; else the float32 loops).  fwd_out, fwd_lse: the forward's
+    output (laid out as dout) and its lse (row i of the flattened head bh at fwd_lse[bh *
+    fwd_lse_ld + i]), or NULL: given both, float32 inputs (no masks, no bf16 pairs) run
+    backward_task_saved, key tiles outer; every other call recomputes the statistics."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
     _layouts(&sh, NULL)
@@ -676,6 +680,8 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
             f16s = (fc_f32_all_finite(<const float*>q, nq) and fc_f32_all_finite(<const float*>dout, nq)
                     and fc_f32_all_finite(<const float*>k, nk) and fc_f32_all_finite(<const float*>v, nk))
     o.f16s = f16s
+    cdef bint saved = (real_t is float and rnd_t is RoundNone and fwd_out != NULL and fwd_lse != NULL
+                       and not bf16_pairs and not f16s and round_p == 0 and mask == NULL and bias == NULL)
     # f16s: K's and V's split words for the scores (2D words per key), and K's again per key for
     # dQ = dS K, in place of the pairs (kv_pairs' buffer holds the latter)
     cdef bint words = bf16_pairs or f16s
@@ -686,6 +692,8 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     o.bwd_rows = fc_bwd_rows_pairs if kv_pairs else fc_bwd_rows
     cdef Py_ssize_t br = o.bwd_rows   # backward_task's scratch, carved for br rows per step
     cdef Py_ssize_t per_thread = 3 * br * sh.D + 5 * br * Skp + 2 * Skp * sh.D + 2 * br * D2
+    if saved:   # backward_task_saved's: one key tile's S, dP, tanh and dK, dV accumulators, each row's delta
+        per_thread = 3 * br * sh.D + 3 * br * BC + 2 * BC * sh.D + (sh.Hq // sh.Hkv) * sh.Sq
     cdef int nt = <int>min(nthreads, chunk)
     # one buffer: packed K and V (or their bf16 pairs), then every thread's scratch, 64-byte aligned
     cdef Py_ssize_t packed = 0 if words else _up64(chunk * per_head * sizeof(real_t))
@@ -717,8 +725,13 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
             if not words:
                 pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
                 pack_heads(<real_t*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vtp, nt)
-            backward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p, kvp_p,
-                          <real_t*>dout, <real_t*>slopes, dq, dk, dv, &sh, &o, scratch, per_thread, nt)
+            if saved:
+                backward_core_saved(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, <real_t*>dout,
+                                    <real_t*>fwd_out, fwd_lse, fwd_lse_ld, <real_t*>slopes, dq, dk, dv, &sh, &o,
+                                    scratch, per_thread, nt)
+            else:
+                backward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p, kvp_p,
+                              <real_t*>dout, <real_t*>slopes, dq, dk, dv, &sh, &o, scratch, per_thread, nt)
             kv0 += nkv
     fc_interrupt_raise(&it)
 
@@ -767,13 +780,15 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
                              const unsigned int* cu_q, const unsigned int* cu_k, const unsigned int* used,
                              const real_t* slopes, Py_ssize_t slopes_ld, const float* dlse, real_t* dq,
                              real_t* dk, real_t* dv, tuple dims, dict params, int nthreads, bint bf16_pairs,
-                             int round_p=0):
+                             int round_p=0, const real_t* fout=NULL, const float* flse=NULL):
     """The gradients of _varlen for packed keys: q, dout [Tq, Hq, D], k, v [NB * BS, Hkv, D], all
     C-contiguous (the validators checked the offsets and lengths: every row read lies in the
     arrays).  Each sequence's rows are gathered into [1, H, l, D] operands and run through
     _backward with its bottom-right shift and flash-attn's ALiBi form; its gradients are scattered
     back.  Rows no sequence reads (past seqused_k, or a sequence without queries or keys) get
-    zero gradients.  dlse: the gradient of the forward's lse, [Hq, Tq] float32, or NULL."""
+    zero gradients.  dlse: the gradient of the forward's lse, [Hq, Tq] float32, or NULL.  fout,
+    flse: the forward's out (as dout) and lse ([Hq, Tq] float32), or NULL: gathered and passed as
+    _backward's fwd_out and fwd_lse."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t Tk = NB * BS, b, q0, k0, lq, lk
@@ -791,6 +806,8 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
     cdef real_t* dqg
     cdef real_t* dkg
     cdef real_t* dvg
+    cdef real_t* fog
+    cdef bint saved = fout != NULL and flse != NULL
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
@@ -799,7 +816,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
         if lq == 0 or lk == 0:
             continue
         # one buffer per sequence: q, dout, dq [Hq, lq, D], then k, v, dk, dv [Hkv, lk, D]
-        buf = _temp("varlen_bwd", (3 * Hq * lq * D + 4 * Hkv * lk * D,), dt)
+        buf = _temp("varlen_bwd", ((4 if saved else 3) * Hq * lq * D + 4 * Hkv * lk * D,), dt)
         qg = <real_t*>cnp.PyArray_DATA(<cnp.ndarray>buf)
         dog = qg + Hq * lq * D
         dqg = dog + Hq * lq * D
@@ -807,15 +824,19 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
         vg = kg + Hkv * lk * D
         dkg = vg + Hkv * lk * D
         dvg = dkg + Hkv * lk * D
+        fog = dvg + Hkv * lk * D   # (saved: the forward's out, [Hq, lq, D])
         nt = _threads_for(nthreads, _sat_mul(lq + lk, Hq * D * 16))   # copies: a team only when large
         with nogil:
             _gather_rows(q, NULL, 0, NULL, 1, q0, lq, Hq, D, Hq * D, D, qg, nt)
             _gather_rows(dout, NULL, 0, NULL, 1, q0, lq, Hq, D, Hq * D, D, dog, nt)
             _gather_rows(k, NULL, 0, NULL, 1, k0, lk, Hkv, D, Hkv * D, D, kg, nt)
             _gather_rows(v, NULL, 0, NULL, 1, k0, lk, Hkv, D, Hkv * D, D, vg, nt)
+            if saved:
+                _gather_rows(fout, NULL, 0, NULL, 1, q0, lq, Hq, D, Hq * D, D, fog, nt)
         _backward(tag, qg, kg, vg, dog, slopes + b * slopes_ld if slopes != NULL else NULL, dqg, dkg, dvg,
                   (1, Hq, Hkv, lq, lk, D), params, nthreads, bf16_pairs, lk - lq, True, NULL, NULL, None,
-                  dlse + q0 if dlse != NULL else NULL, Tq, round_p)
+                  dlse + q0 if dlse != NULL else NULL, Tq, round_p, fog if saved else NULL,
+                  flse + q0 if saved else NULL, Tq)
         with nogil:
             _scatter_rows(dqg, q0, lq, Hq, D, dq, nt)
             _scatter_rows(dkg, k0, lk, Hkv, D, dk, nt)

@@ -186,24 +186,28 @@ cdef object drive_attention_varlen_backward(rnd_t tag, const real_t* q, const re
                                             const real_t* dout, const unsigned int* cu_seqlens_q,
                                             const unsigned int* cu_seqlens_k, const real_t* slopes,
                                             Py_ssize_t slopes_ld, const unsigned int* seqused_k,
-                                            const float* dlse, real_t* dq, real_t* dk, real_t* dv, tuple dims,
-                                            dict params, int nthreads):
+                                            const float* dlse, const real_t* fwd_out, const float* fwd_lse,
+                                            real_t* dq, real_t* dk, real_t* dv, tuple dims, dict params,
+                                            int nthreads):
     """The gradients of drive_attention_varlen for packed keys; dims as it takes them (Tq, NB, BS,
     B1, Hq, Hkv, D), k and v read as NB * BS rows; q, k, v and dout C-contiguous; slopes as it
-    takes them; dlse: the gradient of its lse, [Hq, Tq] C-contiguous float32, or NULL (zero)."""
+    takes them; dlse: the gradient of its lse, [Hq, Tq] C-contiguous float32, or NULL (zero);
+    fwd_out, fwd_lse: its out (as dout) and lse ([Hq, Tq] C-contiguous float32), both or NULL."""
     _varlen_backward(tag, q, k, v, dout, cu_seqlens_q, cu_seqlens_k, seqused_k, slopes, slopes_ld, dlse, dq, dk,
-                     dv, dims, params, nthreads, False)
+                     dv, dims, params, nthreads, False, 0, fwd_out, fwd_lse)
 
 
 cdef object drive_attention_varlen_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
                                                  const float* dout, const unsigned int* cu_seqlens_q,
                                                  const unsigned int* cu_seqlens_k, const float* slopes,
                                                  Py_ssize_t slopes_ld, const unsigned int* seqused_k,
-                                                 const float* dlse, float* dq, float* dk, float* dv, tuple dims,
-                                                 dict params, int nthreads, int is_f16):
+                                                 const float* dlse, const float* fwd_out, const float* fwd_lse,
+                                                 float* dq, float* dk, float* dv, tuple dims, dict params,
+                                                 int nthreads, int is_f16):
     """drive_attention_varlen_backward on bf16/f16 inputs widened exactly, under float32 compute
     (bf16 S and dP by vdpbf16ps or AMX tiles where the CPU has them, as
-    drive_attention_flash_backward_half)."""
+    drive_attention_flash_backward_half).  fwd_out and fwd_lse are taken and not read: half types
+    recompute the statistics (the contract's prose)."""
     _varlen_backward(tag, q, k, v, dout, cu_seqlens_q, cu_seqlens_k, seqused_k, slopes, slopes_ld, dlse, dq, dk,
                      dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16, _round_p(params, is_f16))
 

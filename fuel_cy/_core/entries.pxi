@@ -238,10 +238,13 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                  nthreads, mdims, is_f16)
         return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_VARLEN_BACKWARD or driver == _DRV_VARLEN_BACKWARD_HALF:
-        q, k, v, do, cu_q, cu_k, s, used, dlse = ins
+        q, k, v, do, cu_q, cu_k, s, used, dlse, fout, flse = ins
         # [Hq, Tq] float32 (a dim of 1 broadcasts: expanded here)
         if dlse is not None:
             dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 1), _dim(q, 0))), _np.float32)
+        if flse is not None:
+            flse = _np.ascontiguousarray(_np.broadcast_to(flse, (_dim(q, 1), _dim(q, 0))), _np.float32)
+        fo_a = None if narrow else fout   # (bf16/f16 recompute the statistics: not read, not widened)
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
         v_a = _win(v, npwork, code, narrow, nthreads, "v")
@@ -256,7 +259,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                             <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(do_a, tn),
                                             <const unsigned int*>_ptr(cu_q, u32, i32), <const unsigned int*>_ptr(cu_k, u32, i32),
                                             <const real_t*>_ptr(s_a, tn), s_ld, <const unsigned int*>_ptr(used, u32, i32),
-                                            <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <real_t*>_ptr(dq, tn),
+                                            <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <const real_t*>_ptr(fo_a, tn),
+                                            <const float*>_ptr(flse, cnp.NPY_FLOAT32), <real_t*>_ptr(dq, tn),
                                             <real_t*>_ptr(dk, tn), <real_t*>_ptr(dv, tn), dims, params, nthreads)
         elif rnd_t is RoundNone and real_t is float:
             drive_attention_varlen_backward_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
@@ -264,9 +268,9 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                  <const unsigned int*>_ptr(cu_q, u32, i32),
                                                  <const unsigned int*>_ptr(cu_k, u32, i32), <const float*>_ptr(s_a, tn),
                                                  s_ld, <const unsigned int*>_ptr(used, u32, i32),
-                                                 <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <float*>_ptr(dq, tn),
-                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params, nthreads,
-                                                 is_f16)
+                                                 <const float*>_ptr(dlse, cnp.NPY_FLOAT32), NULL, NULL,
+                                                 <float*>_ptr(dq, tn), <float*>_ptr(dk, tn), <float*>_ptr(dv, tn),
+                                                 dims, params, nthreads, is_f16)
         return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_MASKED or driver == _DRV_MASKED_HALF:
         q, k, v, mask, bias = ins

@@ -275,8 +275,10 @@ cdef enum:
     _FC_RULE_K_LEN = 2
     _FC_RULE_PAGED = 3
     _FC_RULE_CU_SEQLENS = 4
+    _FC_RULE_OUT_WITH_LSE = 5
 _FC_RULE_COPIES = {_fc_prose._softcap: _FC_RULE_SOFTCAP, _fc_prose._k_len: _FC_RULE_K_LEN,
-                   _fc_prose._paged: _FC_RULE_PAGED, _fc_prose._cu_seqlens: _FC_RULE_CU_SEQLENS}
+                   _fc_prose._paged: _FC_RULE_PAGED, _fc_prose._cu_seqlens: _FC_RULE_CU_SEQLENS,
+                   _fc_prose._out_with_lse: _FC_RULE_OUT_WITH_LSE}
 _FC_DRIVER_RULES = {d: tuple(_FC_RULE_COPIES[r] for r in rules) for d, rules in _fc_prose.RULES.items()
                     if all(r in _FC_RULE_COPIES for r in rules)}
 _FC_TYPED = frozenset(_FC_DRIVER_RULES)
@@ -296,6 +298,9 @@ cdef bint _fc_prose_ok(str driver, dict arrays, dict params):
                 return False
         elif rule == _FC_RULE_CU_SEQLENS:
             if not _fc_cu_seqlens_ok(arrays, params):
+                return False
+        elif rule == _FC_RULE_OUT_WITH_LSE:
+            if (arrays.get("out") is None) != (arrays.get("lse") is None):
                 return False
         elif not _fc_paged_ok(arrays):
             return False

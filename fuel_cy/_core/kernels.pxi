@@ -1271,3 +1271,155 @@ cdef void backward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, re
             continue
         backward_task(tag, task, kv0, q, k, ktp, vtp, kpp, vpp, kvp, dout, slopes, dq, dk, dv, sh, o,
                       scratch + threadid() * per_thread)
+
+
+cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* k,
+                                     real_t* ktp, real_t* vtp, real_t* dout, real_t* fout,
+                                     const float* flse, Py_ssize_t flse_ld, real_t* slopes, real_t* dq,
+                                     real_t* dk, real_t* dv, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
+    # The backward given the forward's out and lse (float32 compute: _backward), in
+    # FlashAttention-2's order: key tiles outer, each tile's dK and dV held in [BC][D] accumulators
+    # (in L2) while every query row of the kv head's G heads visits it, instead of a [Sk][D] pair
+    # swept from L3 by every query step.  The statistics a step would take from whole rows come
+    # from the forward: P = exp(s - lse) and delta = dO . O (minus dlse).  dQ is summed in dq
+    # itself, tile after tile in key order, and scaled once at the end: a fixed order, no atomics.
+    cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t kvh = kv0 + task
+    cdef Py_ssize_t hk = kvh % sh.Hkv, b = kvh // sh.Hkv
+    cdef Py_ssize_t g, h, qt, i0, nr, nr4, t, j0, nc, n4, r, j, d, x, ka, kb, lo, hi, row
+    cdef Py_ssize_t br = o.bwd_rows
+    cdef real_t* Qs = buf
+    cdef real_t* dOs = Qs + br * D
+    cdef real_t* dQa = dOs + br * D
+    cdef real_t* S = dQa + br * D
+    cdef real_t* dP = S + br * BC
+    cdef real_t* Tt = dP + br * BC
+    cdef real_t* dKa = Tt + br * BC
+    cdef real_t* dVa = dKa + BC * D
+    cdef real_t* dl = dVa + BC * D   # delta of each of the task's G * Sq rows
+    cdef real_t* rows[BC]
+    cdef real_t* kbase = k + (b * sh.Hkv + hk) * Sk * D
+    cdef real_t* kth = ktp + task * ntiles * D * BC
+    cdef real_t* vth = vtp + task * ntiles * D * BC
+    cdef real_t* srow
+    cdef real_t* dprow
+    cdef real_t* trow
+    cdef real_t* dqh
+    cdef real_t* Qr
+    cdef real_t* dOr
+    cdef real_t* dQr
+    cdef real_t scale = R(tag, <real_t>o.scale)
+    cdef real_t cap = R(tag, <real_t>o.softcap)
+    cdef real_t delta, ds, m
+    cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
+    for g in range(G):
+        h = hk * G + g
+        zero(dq + (b * sh.Hq + h) * Sq * D, Sq * D)
+        for i0 in range(Sq):   # delta = dO . O (minus the lse's gradient, AttnOpts.lse)
+            row = (b * sh.Hq + h) * Sq + i0
+            delta = dot16(tag, dout + row * D, fout + row * D, D)
+            if o.lse != NULL:
+                delta = R(tag, delta - <real_t>o.lse[(b * sh.Hq + h) * o.lse_ld + i0])
+            dl[g * Sq + i0] = delta
+    for t in range(ntiles):
+        j0 = t * BC
+        nc = Sk - j0
+        if nc > BC:
+            nc = BC
+        n4 = (nc + NR - 1) // NR * NR
+        for j in range(nc):
+            rows[j] = kbase + (j0 + j) * D
+        zero(dKa, BC * D)
+        zero(dVa, BC * D)
+        for g in range(G):
+            h = hk * G + g
+            dqh = dq + (b * sh.Hq + h) * Sq * D
+            for qt in range(ceil_div(Sq, br)):
+                if fc_stopped(o.it):
+                    return
+                i0 = qt * br
+                nr = Sq - i0
+                if nr > br:
+                    nr = br
+                nr4 = (nr + NR - 1) // NR * NR
+                # the step's rows admit keys in [ka, hi) at most (both ends move right with the
+                # query): a step that admits none of this tile's keys contributes exact zeros
+                admissible_range(i0, o, &ka, &kb)
+                admissible_range(i0 + nr - 1, o, &lo, &hi)
+                if hi <= j0 or ka >= j0 + nc or hi <= ka:
+                    continue
+                row = (b * sh.Hq + h) * Sq + i0
+                # a whole step reads its rows where they lie; a last step's are padded to nr4
+                Qr = q + row * D
+                dOr = dout + row * D
+                dQr = dqh + i0 * D
+                if nr4 != nr:
+                    copy_rows_padded(Qr, nr, nr4, D, Qs)
+                    copy_rows_padded(dOr, nr, nr4, D, dOs)
+                    copy_rows_padded(dQr, nr, nr4, D, dQa)
+                    Qr = Qs
+                    dOr = dOs
+                    dQr = dQa
+                qk_tile(tag, Qr, nr4, D, kth + t * D * BC, S, BC, nc)
+                qk_tile(tag, dOr, nr4, D, vth + t * D * BC, dP, BC, nc)
+                for r in range(nr):
+                    srow = S + r * BC
+                    dprow = dP + r * BC
+                    trow = Tt + r * BC
+                    transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
+                                  slopes != NULL, o, masked, trow if cap != 0 else NULL)
+                    # P = exp(s - lse): a row with no admissible key has lse = +inf, so P = 0
+                    m = <real_t>flse[(b * sh.Hq + h) * flse_ld + i0 + r]
+                    if rnd_t is RoundNone and real_t is float:
+                        fc_exp_shift_sum16_f32(srow, nc, m)
+                    else:
+                        for j in range(nc):
+                            srow[j] = EXP(tag, R(tag, srow[j] - m))
+                    delta = dl[g * Sq + i0 + r]
+                    if not (cap == 0 and ds_row_c(tag, srow, dprow, nc, delta)):
+                        for j in range(nc):
+                            ds = R(tag, srow[j] * R(tag, dprow[j] - delta))
+                            if cap != 0:
+                                ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
+                            dprow[j] = ds
+                    for j in range(nc, n4):   # keys n..n4 are padding rows of dK/dV
+                        srow[j] = 0
+                        dprow[j] = 0
+                for r in range(nr, nr4):
+                    zero(S + r * BC, BC)
+                    zero(dP + r * BC, BC)
+                # dQ += dS K over this tile's keys, continuing each row's sum in dq
+                pv_accum_contig(tag, dP, BC, nr4, nc, kbase + j0 * D, D, rows, D, dQr, D)
+                if dQr == dQa:
+                    for x in range(nr * D):
+                        dqh[i0 * D + x] = dQa[x]
+                # dV += P^T dO and dK += dS^T Q over the step's rows
+                if rnd_t is RoundNone and real_t is float:
+                    fc_gemm_tn_f32(S, BC, n4, nr, dOr, D, D, dVa, D)
+                    fc_gemm_tn_f32(dP, BC, n4, nr, Qr, D, D, dKa, D)
+                elif rnd_t is RoundNone:
+                    fc_gemm_tn_f64(S, BC, n4, nr, dOr, D, D, dVa, D)
+                    fc_gemm_tn_f64(dP, BC, n4, nr, Qr, D, D, dKa, D)
+        for j in range(nc):
+            for d in range(D):
+                dk[((b * sh.Hkv + hk) * Sk + j0 + j) * D + d] = R(tag, scale * dKa[j * D + d])
+                dv[((b * sh.Hkv + hk) * Sk + j0 + j) * D + d] = dVa[j * D + d]
+    for g in range(G):
+        dqh = dq + (b * sh.Hq + hk * G + g) * Sq * D
+        for x in range(Sq * D):
+            dqh[x] = R(tag, scale * dqh[x])
+
+
+cdef void backward_core_saved(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* k, real_t* ktp,
+                              real_t* vtp, real_t* dout, real_t* fout, const float* flse, Py_ssize_t flse_ld,
+                              real_t* slopes, real_t* dq, real_t* dk, real_t* dv, Shape* sh, AttnOpts* o,
+                              real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
+    """backward_core given the forward's out and lse (backward_task_saved): one task per (batch,
+    kv head), which owns its dK/dV and its query heads' dQ."""
+    cdef Py_ssize_t task
+    for task in prange(nkv, schedule='dynamic', num_threads=nthreads):
+        if fc_stopped(o.it):
+            continue
+        backward_task_saved(tag, task, kv0, q, k, ktp, vtp, dout, fout, flse, flse_ld, slopes, dq, dk, dv, sh, o,
+                            scratch + threadid() * per_thread)

@@ -71,12 +71,13 @@ MASKED = Driver("attention_masked", FORWARD_DIMS,
                 ("out",), ("softmax_scale",))
 
 # the backward of each model-facing forward: the forward's inputs with do_grad after v (packed
-# keys only for varlen: no block_table)
+# keys only for varlen: no block_table; its optional out and lse are the forward's outputs)
 VARLEN_BACKWARD = Driver("attention_varlen_backward", VARLEN.dims,
                          (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
                           DriverInput("do_grad", "T"), DriverInput("cu_seqlens_q", INDEX),
                           DriverInput("cu_seqlens_k", INDEX), DriverInput("alibi_slopes", "F32", optional=True),
-                          DriverInput("seqused_k", INDEX, optional=True), DriverInput("dlse", "F32", optional=True)),
+                          DriverInput("seqused_k", INDEX, optional=True), DriverInput("dlse", "F32", optional=True),
+                          DriverInput("out", "T", optional=True), DriverInput("lse", "F32", optional=True)),
                          ("dq", "dk", "dv"), ("softmax_scale",), mask_alignment="bottom_right")
 
 MASKED_BACKWARD = Driver("attention_masked_backward", FORWARD_DIMS,

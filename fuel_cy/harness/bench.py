@@ -248,8 +248,19 @@ def _backward_rows(torch, rng, quick, progress):
         def peer():
             torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
 
-        t_ours, t_peer = interleaved([ours, peer], reps=3)
+        # the varlen backward given the forward's out and lse, as torch's backward is given its
+        # own (FlashAttention-2's order: key tiles outer), on the same values as one sequence
+        cu = np.array([0, s], np.uint32)
+        q3, k3, v3, do3 = (np.ascontiguousarray(x[0].transpose(1, 0, 2)) for x in (q, k, v, do))
+        o3, lse3 = fuel_cy.attention_varlen(q3, k3, v3, cu, cu, causal=causal, return_lse=True)
+        saved = lambda: fuel_cy.attention_varlen_backward(q3, k3, v3, do3, cu, cu, out=o3, lse=lse3,  # noqa: E731
+                                                          causal=causal)
+        t_ours, t_saved, t_peer = interleaved([ours, saved, peer], reps=3)
         rows.append(_row("attention_flash_backward", "F32", shape, t_ours * 1e3, flops, "torch SDPA autograd bwd", t_peer * 1e3))
+        rows.append(_row("attention_varlen_backward", "F32", shape, t_saved * 1e3, flops, "torch SDPA autograd bwd",
+                         t_peer * 1e3, mode="out+lse"))
+        rows.append(_row("attention_varlen_backward", "F32", shape, t_saved * 1e3, flops,
+                         "fuel_cy attention_flash_backward", t_ours * 1e3, mode="out+lse"))
     rows += _half_rows("attention_flash_backward", "B=1 Hq=8 Hkv=8 S=512 D=64", 10 * 8 * 512 * 512 * 64, progress,
                        [rng.standard_normal((1, 8, 512, 64), dtype=np.float32) for _ in range(4)],
                        lambda q, k, v, do: fuel_cy.attention_flash_backward(q, k, v, do))

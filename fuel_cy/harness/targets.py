@@ -160,6 +160,10 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                      1.1),
         against_peak("backward f32 >= 1.3x torch autograd backward (GQA included)",
                      lambda r: r["kernel"] == "attention_flash_backward" and r["dtype"] == "F32", 1.3),
+        # the same given the forward's out and lse, as torch's autograd gives its own backward
+        against_peak("backward f32 given the forward's out and lse (varlen) >= 1.3x torch autograd backward",
+                     lambda r: (r["kernel"] == "attention_varlen_backward" and r.get("mode") == "out+lse"
+                                and r["peer"] == "torch SDPA autograd bwd"), 1.3),
         against_copy("paged decode >= 2x torch SDPA on contiguous K/V", lambda r: r["peer"] == "torch SDPA (contiguous K/V)",
                      2.0),
         check("paged decode K+V read >= 70% of the copy rate",

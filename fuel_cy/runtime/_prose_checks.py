@@ -5,6 +5,7 @@
 - varlen: cu_seqlens_q / cu_seqlens_k are B + 1 offsets from 0, non-decreasing, ending at the
   packed row counts of q and k (k's paged, with block_table: a table row holds each sequence);
   int32 index arrays hold no negative value where they are read.
+- varlen backward: the forward's out and lse, both or neither.
 - paged: "physical block index bounds-checked against num_blocks" for every block a sequence
   reads, and context_lens[b] may not exceed the table's capacity (max_blocks_per_seq * block_size).
   These run with the GIL, before any compute, so the nogil core never reads out of bounds.
@@ -137,6 +138,15 @@ def _cu_seqlens(kernel: str, arrays: dict, params: dict, where: str) -> None:
                              f"received {bound} but sequence {b} has {int(lengths[b])}", where)
 
 
+def _out_with_lse(kernel: str, arrays: dict, params: dict, where: str) -> None:
+    """The forward's out and lse come together (the statistics need both) or not at all."""
+    given = [name for name in ("out", "lse") if arrays.get(name) is not None]
+    if len(given) == 1:
+        missing = "lse" if given[0] == "out" else "out"
+        raise InputError(kernel, f"input {missing!r}", "prose: the forward's out and lse, both or neither",
+                         f"received {given[0]!r} without {missing!r}", where)
+
+
 # keyed by the core driver a kernel binds to (codegen/cores.py): a kernel served by a driver
 # obeys that driver's rules, whichever contract declares it
 # (the generated validators first try typed copies of these rules, fastcheck.pxi; a driver whose
@@ -148,7 +158,7 @@ RULES: dict[str, list[Callable[..., None]]] = {
     "attention_flash_backward": [_softcap],
     "attention_varlen": [_softcap, _cu_seqlens],
     "attention_masked": [_softcap],
-    "attention_varlen_backward": [_softcap, _cu_seqlens],
+    "attention_varlen_backward": [_softcap, _cu_seqlens, _out_with_lse],
     "attention_masked_backward": [_softcap],
 }
 
