@@ -179,17 +179,26 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
     dK and dV products (150 keys: whole spans and a remainder) and the register block of
     Q K^T and P V (D = 115: at AVX-512 one wide block of columns, then a narrow one, a vector
     and 3 scalar columns; 64-row tiles in 6-row blocks and a 4-row one, the last 6 rows in a 6
-    and a 2; 200 keys: a 128-key tile and one of 72, a wide and a narrow block of scores)."""
+    and a 2; 200 keys: a 128-key tile and one of 72, a wide and a narrow block of scores), the
+    last in float32's varlen backward given the forward's out and lse too."""
     c = core()
     pv, rows, blocks, block = c._test_pv_form(), c._test_bwd_rows(), c._test_tn_blocks(), c._test_gemm_block()
     rng = np.random.default_rng(22)
     r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
     q, k, v, do = r(1, 2, 70, 115), r(1, 2, 200, 115), r(1, 2, 200, 115), r(1, 2, 70, 115)
+    # the varlen backward given the forward's out and lse (float32's key tiles outer), causal so
+    # that its diagonal steps are cut short of their tile's end
+    seq = lambda x: np.ascontiguousarray(x[0].transpose(1, 0, 2))   # noqa: E731
+    cq, ck = np.array([0, 70], np.uint32), np.array([0, 200], np.uint32)
+    out, lse = fuel_cy.attention_varlen(seq(q), seq(k), seq(v), cq, ck, causal=True, return_lse=True)
     calls = _calls(dtype) + [
         ("attention_naive", (q, k, v), {}),
         ("attention_flash", (q, k, v), {}),
         ("attention_flash_backward", (q, k, v, do), {}),
     ]
+    if dtype == np.float32:
+        calls.append(("attention_varlen_backward", (seq(q), seq(k), seq(v), seq(do), cq, ck),
+                      dict(out=out, lse=lse, causal=True)))
     try:
         seen = {}
         for form in ("pointer", "stride"):

@@ -1284,7 +1284,7 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
     # from the forward: P = exp(s - lse) and delta = dO . O (minus dlse).  dQ is summed in dq
     # itself, tile after tile in key order, and scaled once at the end: a fixed order, no atomics.
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
-    cdef Py_ssize_t ntiles = ceil_div(Sk, BC)
+    cdef Py_ssize_t ntiles = ceil_div(Sk, BC), ncs
     cdef Py_ssize_t kvh = kv0 + task
     cdef Py_ssize_t hk = kvh % sh.Hkv, b = kvh // sh.Hkv
     cdef Py_ssize_t g, h, qt, i0, nr, nr4, t, j0, nc, n4, r, j, d, x, ka, kb, lo, hi, row
@@ -1327,7 +1327,6 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
         nc = Sk - j0
         if nc > BC:
             nc = BC
-        n4 = (nc + NR - 1) // NR * NR
         for j in range(nc):
             rows[j] = kbase + (j0 + j) * D
         zero(dKa, BC * D)
@@ -1344,11 +1343,15 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     nr = br
                 nr4 = (nr + NR - 1) // NR * NR
                 # the step's rows admit keys in [ka, hi) at most (both ends move right with the
-                # query): a step that admits none of this tile's keys contributes exact zeros
+                # query): a step that admits none of this tile's keys contributes exact zeros,
+                # and its keys from hi on (a causal step's diagonal) are left out, as the
+                # recomputing backward leaves them
                 admissible_range(i0, o, &ka, &kb)
                 admissible_range(i0 + nr - 1, o, &lo, &hi)
                 if hi <= j0 or ka >= j0 + nc or hi <= ka:
                     continue
+                ncs = hi - j0 if hi - j0 < nc else nc
+                n4 = (ncs + NR - 1) // NR * NR
                 row = (b * sh.Hq + h) * Sq + i0
                 # a whole step reads its rows where they lie; a last step's are padded to nr4
                 Qr = q + row * D
@@ -1361,36 +1364,36 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     Qr = Qs
                     dOr = dOs
                     dQr = dQa
-                qk_tile(tag, Qr, nr4, D, kth + t * D * BC, S, BC, nc)
-                qk_tile(tag, dOr, nr4, D, vth + t * D * BC, dP, BC, nc)
+                qk_tile(tag, Qr, nr4, D, kth + t * D * BC, S, BC, ncs)
+                qk_tile(tag, dOr, nr4, D, vth + t * D * BC, dP, BC, ncs)
                 for r in range(nr):
                     srow = S + r * BC
                     dprow = dP + r * BC
                     trow = Tt + r * BC
-                    transform_row(tag, srow, nc, j0, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
+                    transform_row(tag, srow, ncs, j0, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
                                   slopes != NULL, o, masked, trow if cap != 0 else NULL)
                     # P = exp(s - lse): a row with no admissible key has lse = +inf, so P = 0
                     m = <real_t>flse[(b * sh.Hq + h) * flse_ld + i0 + r]
                     if rnd_t is RoundNone and real_t is float:
-                        fc_exp_shift_sum16_f32(srow, nc, m)
+                        fc_exp_shift_sum16_f32(srow, ncs, m)
                     else:
-                        for j in range(nc):
+                        for j in range(ncs):
                             srow[j] = EXP(tag, R(tag, srow[j] - m))
                     delta = dl[g * Sq + i0 + r]
-                    if not (cap == 0 and ds_row_c(tag, srow, dprow, nc, delta)):
-                        for j in range(nc):
+                    if not (cap == 0 and ds_row_c(tag, srow, dprow, ncs, delta)):
+                        for j in range(ncs):
                             ds = R(tag, srow[j] * R(tag, dprow[j] - delta))
                             if cap != 0:
                                 ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
                             dprow[j] = ds
-                    for j in range(nc, n4):   # keys n..n4 are padding rows of dK/dV
+                    for j in range(ncs, n4):   # keys ncs..n4 are padding rows of dK/dV
                         srow[j] = 0
                         dprow[j] = 0
                 for r in range(nr, nr4):
-                    zero(S + r * BC, BC)
-                    zero(dP + r * BC, BC)
+                    zero(S + r * BC, n4)
+                    zero(dP + r * BC, n4)
                 # dQ += dS K over this tile's keys, continuing each row's sum in dq
-                pv_accum_contig(tag, dP, BC, nr4, nc, kbase + j0 * D, D, rows, D, dQr, D)
+                pv_accum_contig(tag, dP, BC, nr4, ncs, kbase + j0 * D, D, rows, D, dQr, D)
                 if dQr == dQa:
                     for x in range(nr * D):
                         dqh[i0 * D + x] = dQa[x]
