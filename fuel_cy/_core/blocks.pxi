@@ -476,8 +476,9 @@ cdef inline void pv_accum_contig(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_
     pv_accum(tag, P, ldp, nrows4, ncols, vrows, D, O, ldo)
 
 
-cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
-    """In place: stable softmax over n scores; a row with no finite score becomes all zeros."""
+cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n, bint sparse) noexcept nogil:
+    """In place: stable softmax over n scores; a row with no finite score becomes all zeros.
+    sparse: the row may hold masked (-inf) scores (fc_exp_shift_sum16_f32; the same result)."""
     cdef Py_ssize_t j
     cdef real_t m = row_max(s, n)
     cdef real_t total
@@ -486,7 +487,7 @@ cdef inline void softmax_row(rnd_t tag, real_t* s, Py_ssize_t n) noexcept nogil:
             s[j] = 0
         return
     if rnd_t is RoundNone and real_t is float:  # the same order, the level's vector exp (fc_exp.h)
-        total = fc_exp_shift_sum16_f32(s, n, m)
+        total = fc_exp_shift_sum16_f32(s, n, m, sparse)
     else:  # scale 1 is exact (R(1 * s) = s: the scores are values of T)
         total = exp_scaled_sum(tag, s, n, 1, m)
     if div_row_c(tag, s, n, total):  # a rounded policy's loop on vectors (fc_exp.h)

@@ -437,10 +437,12 @@ static inline void fc_sum16_rows(const float* lanes, ptrdiff_t n, float* totals)
     }
 #endif
 }
-/* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order */
-static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m) {
+/* naive, paged, backward: exp(s - m) (scale 1 is exact), partials added in lane order; sparse:
+ * the row may hold masked (-inf) scores (fc_exp16_any: the same bits without the microcode
+ * assists a masked lane's underflowing scaling takes on Intel cores) */
+static inline float fc_exp_shift_sum16_f32(float* s, ptrdiff_t n, float m, int sparse) {
     float l[16];
-    fc_exp_lanes_f32(s, n, 1.0f, m, l);
+    fc_exp_lanes_rp_f32(s, n, 1.0f, m, 0, sparse, l);
     float total = l[0];
     for (int i = 1; i < 16; i++) total += l[i];
     return total;

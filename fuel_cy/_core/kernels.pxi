@@ -768,7 +768,7 @@ cdef inline void naive_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             qk_tile(tag, Qs, nr4, D, kth + t * D * BC, S + (t - t0) * BC, Skp, BC)
         for r in range(nr):
             transform_row(tag, S + r * Skp, n, kofs, i0 + r, scale, cap, slope, slopes != NULL, o, masked, NULL)
-            softmax_row(tag, S + r * Skp, n)
+            softmax_row(tag, S + r * Skp, n, masked)
         for r in range(nr, nr4):
             zero(S + r * Skp, n)
         for t in range(t0, t1):
@@ -964,7 +964,7 @@ cdef inline void paged_task(rnd_t tag, Py_ssize_t task, real_t* q, real_t* kc, r
             qp = (kend - Sq if kend > Sq else 0) + rr % Sq
             transform_row(tag, S + x * Skp, kend, 0, qp, scale, cap, slopes[h] if slopes != NULL else 0,
                           slopes != NULL, &o, 1, NULL)
-            softmax_row(tag, S + x * Skp, kend)
+            softmax_row(tag, S + x * Skp, kend, True)
     for t in range(ceil_div(kend, BC)):
         j0 = t * BC
         nc = kend - j0
@@ -1150,7 +1150,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                     if o.bias != NULL:
                         arow = <const real_t*>o.bias + b * o.a_sb + h * o.a_sh + (i0 + r) * o.a_si + kofs
                     apply_masks(tag, srow, n, mrow, arow)
-                softmax_row(tag, srow, n)
+                softmax_row(tag, srow, n, masked or o.mask != NULL or o.bias != NULL)
                 # dS = P * (dP - sum_j P dP), times 1 - tanh^2(s_pre / c) under softcap
                 delta = dot16(tag, srow, dprow, n)
                 if o.lse != NULL:   # the lse's gradient: d lse / d s_j = P_j joins dP_j (AttnOpts.lse)
@@ -1375,7 +1375,7 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     # P = exp(s - lse): a row with no admissible key has lse = +inf, so P = 0
                     m = <real_t>flse[(b * sh.Hq + h) * flse_ld + i0 + r]
                     if rnd_t is RoundNone and real_t is float:
-                        fc_exp_shift_sum16_f32(srow, ncs, m)
+                        fc_exp_shift_sum16_f32(srow, ncs, m, masked)
                     else:
                         for j in range(ncs):
                             srow[j] = EXP(tag, R(tag, srow[j] - m))

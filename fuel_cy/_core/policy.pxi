@@ -149,7 +149,7 @@ cdef extern from "fc_simd.h" nogil:
     float fc_dot16_f32(const float* a, const float* b, Py_ssize_t n)
     double fc_dot16_f64(const double* a, const double* b, Py_ssize_t n)
     float fc_exp_scaled_sum_f32(float* s, Py_ssize_t n, float scale, float m)
-    float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m)
+    float fc_exp_shift_sum16_f32(float* s, Py_ssize_t n, float m, int sparse)
     void fc_rescale_factors_f32(const float* m_old, const float* m_new, Py_ssize_t n, float* alpha)
     void fc_exp_lanes_bf16p(const float* s, Py_ssize_t n, float scale, float m, unsigned short* p, int sparse,
                             float* lanes)
