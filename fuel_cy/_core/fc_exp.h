@@ -312,7 +312,7 @@ static inline fc_vec_f64 fc_select_f64(fc_i64v mask, fc_vec_f64 a, fc_vec_f64 b)
 static inline fc_vec_f64 fc_exp_f64_v(fc_vec_f64 x) {
     const fc_vec_f64 zero = {0};
     fc_vec_f64 xc = fc_select_f64(x > 709.7, zero + 709.7, x);
-    xc = fc_select_f64(xc < -708.0, zero - 708.0, xc);
+    xc = fc_select_f64(xc < -708.0, zero - 700.0, xc);   /* (fc_exp_f64: lanes zeroed below) */
     xc = fc_select_f64(x == x, xc, zero);
     fc_vec_f64 t = xc * 1.4426950408889634 + 6755399441055744.0;   /* 1.5 * 2^52 + n */
     fc_vec_f64 fn = t - 6755399441055744.0;

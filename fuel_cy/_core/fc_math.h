@@ -152,7 +152,10 @@ static inline float fc_expf(float x) {
  * polynomial (truncation < 1e-17); within a few ulp of libm.  Below -708 results flush to 0. */
 static inline double fc_exp_f64(double x) {
     double xc = (x > 709.7) ? 709.7 : x;
-    xc = (xc < -708.0) ? -708.0 : xc;
+    /* below -708 the result is 0 (set at the end): -700 keeps p * 2^(n-1) a normal number there,
+     * where -708's is subnormal and each such lane (every masked score) takes a microcode assist
+     * on Intel cores */
+    xc = (xc < -708.0) ? -700.0 : xc;
     xc = (x == x) ? xc : 0.0;
     double fn = (xc * 1.4426950408889634 + 6755399441055744.0) - 6755399441055744.0;
     double r = xc - fn * 6.93147180369123816490e-01;
