@@ -243,22 +243,6 @@ def test_varlen_backward_given_out_and_lse_recomputes_outside_float32(dtype):
         assert x.tobytes() == y.tobytes()
 
 
-def test_varlen_backward_takes_out_and_lse_together():
-    rng = np.random.default_rng(13)
-    q = _rand(rng, (30, 4, 16), np.float32)
-    k = _rand(rng, (30, 2, 16), np.float32)
-    cu = np.array([0, 30], np.uint32)
-    out, lse = fuel_cy.attention_varlen(q, k, k, cu, cu, return_lse=True)
-    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'lse'.*both or neither.*'out' without 'lse'"):
-        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out)
-    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'out'.*'lse' without 'out'"):
-        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, lse=lse)
-    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'lse'"):
-        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out, lse=lse[:, :29])
-    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'out'"):
-        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out.astype(np.float64), lse=lse)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_varlen_backward_of_one_causal_sequence_gives_flash_backwards_bits(dtype):
     rng = np.random.default_rng(5)
@@ -324,6 +308,17 @@ def test_backward_inputs_are_validated():
                                           np.array([0, 10, 20, 30], np.uint32))
     with pytest.raises(InputError, match=r"attention_varlen_backward: input 'do_grad'"):
         fuel_cy.attention_varlen_backward(q, k, k, q[:29], np.array([0, 30], np.uint32), np.array([0, 30], np.uint32))
+    # the forward's out and lse come together, each shaped as the forward returns it
+    cu = np.array([0, 30], np.uint32)
+    out, lse = fuel_cy.attention_varlen(q, k, k, cu, cu, return_lse=True)
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'lse'.*both or neither.*'out' without 'lse'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out)
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'out'.*'lse' without 'out'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, lse=lse)
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'lse'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out, lse=lse[:, :29])
+    with pytest.raises(InputError, match=r"attention_varlen_backward: input 'out'"):
+        fuel_cy.attention_varlen_backward(q, k, k, q, cu, cu, out=out.astype(np.float64), lse=lse)
     q4 = _rand(rng, (1, 4, 30, 16), np.float32)
     with pytest.raises(InputError, match=r"attention_masked_backward: input 'attn_mask'"):
         fuel_cy.attention_masked_backward(q4, q4, q4, q4, np.ones((1, 1, 2, 30), bool))
