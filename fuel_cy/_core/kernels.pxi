@@ -1350,7 +1350,12 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                 admissible_range(i0 + nr - 1, o, &lo, &hi)
                 if hi <= j0 or ka >= j0 + nc or hi <= ka:
                     continue
-                ncs = hi - j0 if hi - j0 < nc else nc
+                # (rounded up to 16 keys: each key's score then comes from the same vector loop
+                # whatever the step's rows, as a scalar tail column rounds its dot differently
+                # below AVX-512; the keys added are masked in every row, exact zeros)
+                ncs = (hi - j0 + 15) // 16 * 16
+                if ncs > nc:
+                    ncs = nc
                 n4 = (ncs + NR - 1) // NR * NR
                 row = (b * sh.Hq + h) * Sq + i0
                 # a whole step reads its rows where they lie; a last step's are padded to nr4
