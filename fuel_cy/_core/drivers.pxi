@@ -628,6 +628,14 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
     fc_interrupt_raise(&it)
 
 
+cdef inline bint _saved_stats(rnd_t tag, const real_t* fwd_out, const float* fwd_lse, bint bf16_pairs,
+                              int round_p) noexcept:
+    """Whether a backward given the forward's out and lse runs backward_task_saved: float32
+    compute on float32 values (no bf16 pairs, no rounded P); every other call recomputes."""
+    return (fwd_out != NULL and fwd_lse != NULL and rnd_t is RoundNone and real_t is float and not bf16_pairs
+            and round_p == 0)
+
+
 cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
                       const real_t* slopes, real_t* dq, real_t* dk, real_t* dv,
                       tuple dims, dict params, int nthreads, bint bf16_pairs, Py_ssize_t shift=0,
@@ -680,8 +688,8 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
             f16s = (fc_f32_all_finite(<const float*>q, nq) and fc_f32_all_finite(<const float*>dout, nq)
                     and fc_f32_all_finite(<const float*>k, nk) and fc_f32_all_finite(<const float*>v, nk))
     o.f16s = f16s
-    cdef bint saved = (real_t is float and rnd_t is RoundNone and fwd_out != NULL and fwd_lse != NULL
-                       and not bf16_pairs and not f16s and round_p == 0 and mask == NULL and bias == NULL)
+    cdef bint saved = (_saved_stats(tag, fwd_out, fwd_lse, bf16_pairs, round_p) and not f16s and mask == NULL
+                       and bias == NULL)
     # f16s: K's and V's split words for the scores (2D words per key), and K's again per key for
     # dQ = dS K, in place of the pairs (kv_pairs' buffer holds the latter)
     cdef bint words = bf16_pairs or f16s
@@ -788,7 +796,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
     back.  Rows no sequence reads (past seqused_k, or a sequence without queries or keys) get
     zero gradients.  dlse: the gradient of the forward's lse, [Hq, Tq] float32, or NULL.  fout,
     flse: the forward's out (as dout) and lse ([Hq, Tq] float32), or NULL: gathered and passed as
-    _backward's fwd_out and fwd_lse."""
+    _backward's fwd_out and fwd_lse where it takes them (_saved_stats), else not read."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t Tk = NB * BS, b, q0, k0, lq, lk
@@ -807,7 +815,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
     cdef real_t* dkg
     cdef real_t* dvg
     cdef real_t* fog
-    cdef bint saved = fout != NULL and flse != NULL
+    cdef bint saved = _saved_stats(tag, fout, flse, bf16_pairs, round_p)
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]
