@@ -40,8 +40,9 @@ def test_out_receives_the_bits_of_a_fresh_output(make, dtype):
     assert got is out and out.tobytes() == fresh.tobytes()
 
 
-def test_out_with_a_second_output_returns_the_tuple():
-    args, kw, fn = _varlen()
+@pytest.mark.parametrize("make", [_masked, _varlen], ids=["masked", "varlen"])
+def test_out_with_a_second_output_returns_the_tuple(make):
+    args, kw, fn = make()
     out = np.empty_like(args[0])
     got, lse = fn(*args, **kw, return_lse=True, out=out)
     want, want_lse = fn(*args, **kw, return_lse=True)

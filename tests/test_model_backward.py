@@ -53,10 +53,12 @@ def _rand(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("case", ["padding", "holes+bias", "causal_sq_ne_sk", "softcap+bias", "mqa"])
-def test_masked_backward_matches_float64_autograd(dtype, case):
-    rng = np.random.default_rng(hash(case) % 2**32)
+MASKED_CASES = ["padding", "holes+bias", "causal_sq_ne_sk", "softcap+bias", "mqa", "tiles"]
+
+
+def _masked_case(case, dtype):
+    """((q, k, v, do, mask, bias), kwargs) of one attention_masked_backward case."""
+    rng = np.random.default_rng(MASKED_CASES.index(case))
     B, Hq, Hkv, Sq, Sk, D = 2, 4, 2, 37, 53, 24
     mask = bias = None
     causal, softcap = False, None
@@ -73,18 +75,83 @@ def test_masked_backward_matches_float64_autograd(dtype, case):
         softcap, bias = 4.0, _rand(rng, (B, Hq, Sq, Sk), dtype)
     elif case == "mqa":
         Hkv, D, causal = 1, 59, True
+    elif case == "tiles":   # several key tiles and query steps; a mask that drops whole tiles for some steps
+        Sq, Sk, D = 150, 300, 40
+        mask = rng.random((B, 1, Sq, Sk)) < 0.9
+        mask[0, :, :70, 128:256] = False   # the first query step skips the second tile
+        mask[0, :, 140:, :] = False   # rows with nothing admitted
+        mask[1, :, :, 260:] = False
+        bias = -np.abs(_rand(rng, (B, 1, 1, Sk), dtype))
     q, do = _rand(rng, (B, Hq, Sq, D), dtype), _rand(rng, (B, Hq, Sq, D), dtype)
     k, v = _rand(rng, (B, Hkv, Sk, D), dtype), _rand(rng, (B, Hkv, Sk, D), dtype)
-    scale = 0.3
-    got = fuel_cy.attention_masked_backward(q, k, v, do, mask, bias, softmax_scale=scale, causal=causal,
-                                            softcap=softcap)
-    eff = scale if np.dtype(dtype) == np.float64 else float(np.float32(scale))   # the scale T computes with
-    ref = _ref_masked(q, k, v, do, mask, bias, causal, eff, softcap)
-    for name, g, r, x in zip(("dq", "dk", "dv"), got, ref, (q, k, v)):
+    return (q, k, v, do, mask, bias), dict(softmax_scale=0.3, causal=causal, softcap=softcap)
+
+
+def _ref_masked_case(args, kw, dtype):
+    eff = 0.3 if np.dtype(dtype) == np.float64 else float(np.float32(0.3))   # the scale T computes with
+    return _ref_masked(*args, kw["causal"], eff, kw["softcap"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", MASKED_CASES)
+def test_masked_backward_matches_float64_autograd(dtype, case):
+    args, kw = _masked_case(case, dtype)
+    got = fuel_cy.attention_masked_backward(*args, **kw)
+    ref = _ref_masked_case(args, kw, dtype)
+    for name, g, r, x in zip(("dq", "dk", "dv"), got, ref, args):
         assert g.dtype == np.dtype(dtype) and g.shape == x.shape
         assert _rel(g, r) <= TOL[np.dtype(dtype)], name
     if case == "holes+bias":   # the row with no admissible key contributes nothing
         assert not np.any(got[0][1, :, 5].astype(np.float64))
+
+
+@pytest.mark.parametrize("case", MASKED_CASES)
+def test_masked_backward_given_the_forwards_out_and_lse_matches_float64(case):
+    """float32 with the forward's out and lse (return_lse=True): the statistics come from them,
+    key tiles outer, the masks applied to each recomputed score; the gradients meet the same
+    float64 bound, rows nothing admits are still exact zeros, and no input is modified."""
+    args, kw = _masked_case(case, np.float32)
+    q, k, v, do, mask, bias = args
+    out, lse = fuel_cy.attention_masked(q, k, v, mask, bias, return_lse=True, **kw)
+    before = [x.copy() for x in (*args[:4], out, lse)]
+    got = fuel_cy.attention_masked_backward(*args, out=out, lse=lse, **kw)
+    ref = _ref_masked_case(args, kw, np.float32)
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        assert _rel(g, r) <= TOL[np.dtype(np.float32)], name
+    if case == "holes+bias":
+        assert not np.any(got[0][1, :, 5])
+    if case == "tiles":
+        assert not np.any(got[0][0, :, 140:])
+    for x, b in zip((*args[:4], out, lse), before):
+        assert x.tobytes() == b.tobytes()
+
+
+def test_masked_backward_given_out_and_lse_takes_dlse():
+    """dlse ([B, Hq, Sq], a dim of 1 broadcast) with and without the forward's statistics: the
+    same gradients to float32 rounding, and far from the gradients without it."""
+    args, kw = _masked_case("tiles", np.float32)
+    q, k, v, do, mask, bias = args
+    rng = np.random.default_rng(5)
+    dlse = _rand(rng, (2, 4, 1), np.float32)
+    out, lse = fuel_cy.attention_masked(q, k, v, mask, bias, return_lse=True, **kw)
+    want = fuel_cy.attention_masked_backward(*args, dlse=dlse, **kw)
+    got = fuel_cy.attention_masked_backward(*args, dlse=dlse, out=out, lse=lse, **kw)
+    for g, w in zip(got, want):
+        assert _rel(g, w.astype(np.float64)) <= 2e-6
+    plain = fuel_cy.attention_masked_backward(*args, out=out, lse=lse, **kw)
+    assert _rel(plain[0], got[0].astype(np.float64)) > 1e-2
+
+
+@pytest.mark.parametrize("dtype", [np.float64, BF16, np.float16], ids=lambda d: np.dtype(d).name)
+def test_masked_backward_given_out_and_lse_recomputes_outside_float32(dtype):
+    """float64 and bf16/f16 take out and lse and recompute: the bits of the call without them."""
+    args, kw = _masked_case("tiles", dtype)
+    q, k, v, do, mask, bias = args
+    out, lse = fuel_cy.attention_masked(q, k, v, mask, bias, return_lse=True, **kw)
+    a = fuel_cy.attention_masked_backward(*args, **kw)
+    b = fuel_cy.attention_masked_backward(*args, out=out, lse=lse, **kw)
+    for x, y in zip(a, b):
+        assert x.tobytes() == y.tobytes()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -271,14 +338,18 @@ def test_varlen_backward_keeps_a_rank4_key_arrays_shape():
     assert dk.reshape(30, 2, 16).tobytes() == flat[1].tobytes() and dq.tobytes() == flat[0].tobytes()
 
 
-@pytest.mark.parametrize("kernel", ["masked", "varlen", "varlen_saved"])
+@pytest.mark.parametrize("kernel", ["masked", "masked_saved", "varlen", "varlen_saved"])
 def test_backward_bits_do_not_depend_on_threads(kernel):
     rng = np.random.default_rng(7)
-    if kernel == "masked":
+    if kernel.startswith("masked"):
         q, do = _rand(rng, (2, 8, 150, 64), np.float32), _rand(rng, (2, 8, 150, 64), np.float32)
         k, v = _rand(rng, (2, 2, 170, 64), np.float32), _rand(rng, (2, 2, 170, 64), np.float32)
         mask = rng.random((2, 1, 1, 170)) < 0.9
         run = lambda: fuel_cy.attention_masked_backward(q, k, v, do, mask, causal=True)   # noqa: E731
+        if kernel == "masked_saved":
+            out, lse = fuel_cy.attention_masked(q, k, v, mask, causal=True, return_lse=True)
+            run = lambda: fuel_cy.attention_masked_backward(q, k, v, do, mask, out=out, lse=lse,  # noqa: E731
+                                                            causal=True)
     else:
         cq = np.array([0, 100, 300], np.uint32)
         q, do = _rand(rng, (300, 8, 64), np.float32), _rand(rng, (300, 8, 64), np.float32)
@@ -325,6 +396,15 @@ def test_backward_inputs_are_validated():
     before = q4.copy()
     fuel_cy.attention_masked_backward(q4, q4, q4, q4, np.ones((1, 1, 1, 30), bool))
     assert q4.tobytes() == before.tobytes()   # inputs are never modified
+    out4, lse4 = fuel_cy.attention_masked(q4, q4, q4, return_lse=True)
+    with pytest.raises(InputError, match=r"attention_masked_backward: input 'lse'.*both or neither.*'out' without 'lse'"):
+        fuel_cy.attention_masked_backward(q4, q4, q4, q4, out=out4)
+    with pytest.raises(InputError, match=r"attention_masked_backward: input 'out'.*'lse' without 'out'"):
+        fuel_cy.attention_masked_backward(q4, q4, q4, q4, lse=lse4)
+    with pytest.raises(InputError, match=r"attention_masked_backward: input 'lse'"):
+        fuel_cy.attention_masked_backward(q4, q4, q4, q4, out=out4, lse=lse4[:, :, :29])
+    with pytest.raises(InputError, match=r"attention_masked_backward: input 'dlse'"):
+        fuel_cy.attention_masked_backward(q4, q4, q4, q4, dlse=lse4.astype(np.float64))
 
 
 # ---- autograd through fuel_cy.torch ------------------------------------------------------------------
@@ -418,6 +498,30 @@ def test_torch_varlen_autograd_passes_the_saved_out_and_lse():
     recomputed = fuel_cy.attention_varlen_backward(n(q), n(k), n(v), n(grad), n(cq), n(ck), causal=True)
     assert any(a.numpy().tobytes() != r.tobytes() for a, r in zip(got, recomputed))   # (another order)
     ref = _ref_varlen(n(q), n(k), n(v), n(grad), n(cq), n(ck), None, float(np.float32(1 / np.sqrt(32))), causal=True)
+    for a, r in zip(got, ref):
+        assert _rel(a.numpy(), r) <= TOL[np.dtype(np.float32)]
+
+
+def test_torch_sdpa_training_in_float32_hands_the_backward_out_and_lse():
+    """fuel_cy.torch's SDPA under autograd in float32 saves the forward's out and lse and hands
+    them to attention_masked_backward: the direct call's bits with them, not the recomputing
+    backward's, and the gradients meet the float64 bound."""
+    torch.manual_seed(4)
+    q = torch.randn(2, 4, 150, 32, requires_grad=True)
+    k = torch.randn(2, 2, 200, 32, requires_grad=True)
+    v = torch.randn(2, 2, 200, 32, requires_grad=True)
+    mask = torch.rand(2, 1, 150, 200) < 0.8
+    grad = torch.randn(2, 4, 150, 32)
+    got = torch.autograd.grad(ft.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), (q, k, v),
+                              grad)
+    n = lambda t: t.detach().numpy()   # noqa: E731
+    out, lse = fuel_cy.attention_masked(n(q), n(k), n(v), n(mask), return_lse=True)
+    want = fuel_cy.attention_masked_backward(n(q), n(k), n(v), n(grad), n(mask), out=out, lse=lse)
+    for a, w in zip(got, want):
+        assert a.numpy().tobytes() == w.tobytes()
+    recomputed = fuel_cy.attention_masked_backward(n(q), n(k), n(v), n(grad), n(mask))
+    assert any(a.numpy().tobytes() != r.tobytes() for a, r in zip(got, recomputed))   # (another order)
+    ref = _ref_masked(n(q), n(k), n(v), n(grad), n(mask), None, False, float(np.float32(1 / np.sqrt(32))), None)
     for a, r in zip(got, ref):
         assert _rel(a.numpy(), r) <= TOL[np.dtype(np.float32)]
 

@@ -100,6 +100,50 @@ def test_masks_match_the_reference(dtype, shape, which):
     assert not np.asarray(out, np.float64)[dead].any()   # nothing admissible: exactly zero
 
 
+def reference_lse(q, k, mask=None, bias=None, scale=None, causal=False, softcap=None):
+    """[B, Hq, L] log-sum-exp of the reference's scores in float64: +inf where nothing is admissible."""
+    q, k = np.asarray(q, np.float64), np.repeat(np.asarray(k, np.float64), q.shape[1] // k.shape[1], axis=1)
+    scale = 1 / np.sqrt(max(q.shape[-1], 1)) if scale is None else scale
+    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    if softcap is not None:
+        s = np.tanh(s / softcap) * softcap
+    if bias is not None:
+        s = s + np.asarray(bias, np.float64)
+    ok = np.ones(s.shape, bool)
+    if mask is not None:
+        ok &= np.broadcast_to(mask, s.shape)
+    if causal:
+        ok &= np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None]
+    s = np.where(ok, s, -np.inf)
+    m = np.where(ok.any(-1), s.max(axis=-1), 0.0)
+    total = np.where(ok, np.exp(s - m[..., None]), 0.0).sum(-1)
+    return np.where(total > 0, m + np.log(np.where(total > 0, total, 1.0)), np.inf)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("shape", SHAPES[:3])
+def test_return_lse_is_each_rows_log_sum_exp(dtype, shape):
+    """return_lse: [B, Hq, L] float32, the log of each row's softmax denominator over the scaled,
+    capped, biased, masked scores (decode steps, GQA and half types included); +inf where a row
+    admits nothing; the output's bits are those of the call without it."""
+    b, hq, hkv, lq, lk, d = shape
+    q, k, v = arrays(b, hq, hkv, lq, lk, d, dtype, seed=lq + 5)
+    rng = np.random.default_rng(lk)
+    mask = padding(b, lk, seed=d) & (rng.random((b, 1, lq, lk)) < 0.8)
+    mask[-1, :, 0] = False   # a row that admits nothing
+    bias = rng.standard_normal((1, hq, 1, lk)).astype(dtype)
+    kw = dict(attn_mask=mask, attn_bias=bias, causal=lq > 1, softcap=6.0, softmax_scale=0.2)
+    out, lse = fuel_cy.attention_masked(q, k, v, return_lse=True, **kw)
+    assert lse.dtype == np.float32 and lse.shape == (b, hq, lq) and lse.flags.c_contiguous
+    assert bits(out) == bits(fuel_cy.attention_masked(q, k, v, **kw))
+    eff = 0.2 if np.dtype(dtype) == np.float64 else float(np.float32(0.2))
+    expected = reference_lse(q, k, mask, bias, eff, kw["causal"], 6.0)
+    dead = np.isinf(expected)
+    assert dead.any() and np.array_equal(np.isinf(lse), dead) and (lse[dead] > 0).all()
+    tol = 1e-5 if np.dtype(dtype).itemsize > 2 else 1e-4
+    assert np.max(np.abs(lse[~dead] - expected[~dead])) <= tol * max(1.0, np.abs(expected[~dead]).max())
+
+
 def test_without_masks_it_is_attention_flash_bit_for_bit():
     """bf16: attention_flash_mixed in the same P V mode (round_p, the default here)."""
     q, k, v = arrays(2, 8, 2, 300, 300, 64, np.float32, seed=1)

@@ -81,7 +81,8 @@ def _first_failing_clause(spec, arr) -> str | None:
 
 
 # optional inputs the contract's prose says come together (the forward's out and lse)
-PAIRED_INPUTS = {("attention_varlen_backward", "out"): "lse", ("attention_varlen_backward", "lse"): "out"}
+PAIRED_INPUTS = {(kernel, name): other for kernel in ("attention_varlen_backward", "attention_masked_backward")
+                 for name, other in (("out", "lse"), ("lse", "out"))}
 
 
 def _clause_cases():

@@ -651,7 +651,7 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     (_f16_split) runs all five products from split words (fc_f16_tiles.h) when q, k, v and dout are
     finite (an infinity has no split; else the float32 loops).  fwd_out, fwd_lse: the forward's
     output (laid out as dout) and its lse (row i of the flattened head bh at fwd_lse[bh *
-    fwd_lse_ld + i]), or NULL: given both, float32 inputs (no masks, no bf16 pairs) run
+    fwd_lse_ld + i]), or NULL: given both, float32 inputs (no bf16 pairs) run
     backward_task_saved, key tiles outer; every other call recomputes the statistics."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
@@ -688,8 +688,7 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
             f16s = (fc_f32_all_finite(<const float*>q, nq) and fc_f32_all_finite(<const float*>dout, nq)
                     and fc_f32_all_finite(<const float*>k, nk) and fc_f32_all_finite(<const float*>v, nk))
     o.f16s = f16s
-    cdef bint saved = (_saved_stats(tag, fwd_out, fwd_lse, bf16_pairs, round_p) and not f16s and mask == NULL
-                       and bias == NULL)
+    cdef bint saved = _saved_stats(tag, fwd_out, fwd_lse, bf16_pairs, round_p) and not f16s
     # f16s: K's and V's split words for the scores (2D words per key), and K's again per key for
     # dQ = dS K, in place of the pairs (kv_pairs' buffer holds the latter)
     cdef bint words = bf16_pairs or f16s

@@ -150,13 +150,15 @@ cdef object drive_attention_varlen_half(RoundNone tag, const unsigned short* q, 
 cdef object drive_attention_masked(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
                                    const unsigned char* attn_mask, const real_t* attn_bias,
                                    real_t* out, tuple dims, dict params, int nthreads, tuple mask_dims,
-                                   const Py_ssize_t* strides):
+                                   const Py_ssize_t* strides, float* lse=NULL):
     """The flash forward with attn_mask (nonzero: the pair takes part) and attn_bias (added after
     softcap), each [MB, MH, MQ, Sk] with each leading dim 1 or its extent; NULL when absent.
     mask_dims (MB, MH, MQ, AB, AH, AQ): their leading dims (entries.pxi expands a key dim of 1).
-    strides: the (batch, head, row) element strides of q, k, v and out (_forward), 12 in all, or NULL."""
+    strides: the (batch, head, row) element strides of q, k, v and out (_forward), 12 in all, or NULL.
+    lse: [B, Hq, Sq] float32 filled with +inf, written with each row's log-sum-exp, or NULL."""
+    cdef Py_ssize_t sq = dims[3]
     _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False, False, 0, attn_mask, attn_bias, mask_dims,
-             False, strides)
+             False, strides, lse, sq)
 
 
 cdef object drive_attention_masked_half(RoundNone tag, const float* q, const float* k, const float* v,
@@ -165,7 +167,7 @@ cdef object drive_attention_masked_half(RoundNone tag, const float* q, const flo
                                         int is_f16, const unsigned short* k16=NULL, const unsigned short* v16=NULL,
                                         const Py_ssize_t* strides=NULL, const unsigned short* q_h16=NULL,
                                         const unsigned short* k_h16=NULL, const unsigned short* v_h16=NULL,
-                                        unsigned short* out_h16=NULL):
+                                        unsigned short* out_h16=NULL, float* lse=NULL):
     """drive_attention_masked on bf16/f16 inputs (widened exactly into C-contiguous work arrays)
     under float32 compute, the bf16 scores by vdpbf16ps or AMX tiles where the CPU has them (as
     drive_attention_flash_half).  k16, v16 (k and v NULL): a decode step (Sq == 1) reading K and V
@@ -174,9 +176,10 @@ cdef object drive_attention_masked_half(RoundNone tag, const float* q, const flo
     v_h16, out_h16 (q, k, out NULL; v NULL with v_h16): more query rows reading q, k (and v where
     P V reads its pairs) in their C-contiguous 16-bit storage and writing the output rounded to T
     (as drive_attention_flash_half), no widened copies."""
+    cdef Py_ssize_t sq = dims[3]
     _forward(tag, q, k, v, NULL, out, dims, params, nthreads, False,
              bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, attn_mask, attn_bias, mask_dims, False,
-             strides, NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16), q_h16, k_h16, v_h16, out_h16)
+             strides, lse, sq, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16), q_h16, k_h16, v_h16, out_h16)
 
 
 # ---- the model-facing kernels' backwards: dq, dk, dv ---------------------------------------------
@@ -214,19 +217,26 @@ cdef object drive_attention_varlen_backward_half(RoundNone tag, const float* q, 
 
 cdef object drive_attention_masked_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
                                             const real_t* dout, const unsigned char* attn_mask,
-                                            const real_t* attn_bias, real_t* dq, real_t* dk, real_t* dv,
+                                            const real_t* attn_bias, const float* dlse, const real_t* fwd_out,
+                                            const float* fwd_lse, real_t* dq, real_t* dk, real_t* dv,
                                             tuple dims, dict params, int nthreads, tuple mask_dims):
     """The gradients of drive_attention_masked: its masks (mask_dims as it takes them), q, k, v
-    and dout C-contiguous."""
+    and dout C-contiguous; dlse: the gradient of its lse, [B, Hq, Sq] C-contiguous float32, or
+    NULL (zero); fwd_out, fwd_lse: its out (as dout) and lse ([B, Hq, Sq] C-contiguous float32),
+    both or NULL."""
+    cdef Py_ssize_t sq = dims[3]
     _backward(tag, q, k, v, dout, NULL, dq, dk, dv, dims, params, nthreads, False, 0, False, attn_mask, attn_bias,
-              mask_dims)
+              mask_dims, dlse, sq, 0, fwd_out, fwd_lse, sq)
 
 
 cdef object drive_attention_masked_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
                                                  const float* dout, const unsigned char* attn_mask,
-                                                 const float* attn_bias, float* dq, float* dk, float* dv,
-                                                 tuple dims, dict params, int nthreads, tuple mask_dims,
+                                                 const float* attn_bias, const float* dlse, float* dq, float* dk,
+                                                 float* dv, tuple dims, dict params, int nthreads, tuple mask_dims,
                                                  int is_f16):
-    """drive_attention_masked_backward on bf16/f16 inputs widened exactly, under float32 compute."""
+    """drive_attention_masked_backward on bf16/f16 inputs widened exactly, under float32 compute
+    (the forward's out and lse are not taken: half types recompute the statistics, the
+    contract's prose)."""
+    cdef Py_ssize_t sq = dims[3]
     _backward(tag, q, k, v, dout, NULL, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16,
-              0, False, attn_mask, attn_bias, mask_dims, NULL, 0, _round_p(params, is_f16))
+              0, False, attn_mask, attn_bias, mask_dims, dlse, sq, _round_p(params, is_f16))

@@ -212,8 +212,14 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                            <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
         return _from_work(out, code, nthreads) if narrow else out
     if driver == _DRV_MASKED_BACKWARD or driver == _DRV_MASKED_BACKWARD_HALF:
-        q, k, v, do, mask, bias = ins
+        q, k, v, do, mask, bias, dlse, fout, flse = ins
         mask, bias, mdims = _full_key_masks(mask, bias, _dim(k, 2))
+        # [B, Hq, Sq] float32 (a dim of 1 broadcasts: expanded here)
+        if dlse is not None:
+            dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 0), _dim(q, 1), _dim(q, 2))), _np.float32)
+        if flse is not None:
+            flse = _np.ascontiguousarray(_np.broadcast_to(flse, (_dim(q, 0), _dim(q, 1), _dim(q, 2))), _np.float32)
+        fo_a = None if narrow else fout   # (bf16/f16 recompute the statistics: not read, not widened)
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
         v_a = _win(v, npwork, code, narrow, nthreads, "v")
@@ -226,16 +232,17 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
             drive_attention_masked_backward(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
                                             <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(do_a, tn),
                                             <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
-                                            <const real_t*>_ptr(b_a, tn), <real_t*>_ptr(dq, tn),
-                                            <real_t*>_ptr(dk, tn), <real_t*>_ptr(dv, tn), dims, params, nthreads,
-                                            mdims)
+                                            <const real_t*>_ptr(b_a, tn), <const float*>_ptr(dlse, cnp.NPY_FLOAT32),
+                                            <const real_t*>_ptr(fo_a, tn), <const float*>_ptr(flse, cnp.NPY_FLOAT32),
+                                            <real_t*>_ptr(dq, tn), <real_t*>_ptr(dk, tn), <real_t*>_ptr(dv, tn),
+                                            dims, params, nthreads, mdims)
         elif rnd_t is RoundNone and real_t is float:
             drive_attention_masked_backward_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
                                                  <const float*>_ptr(v_a, tn), <const float*>_ptr(do_a, tn),
                                                  <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
-                                                 <const float*>_ptr(b_a, tn), <float*>_ptr(dq, tn),
-                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params,
-                                                 nthreads, mdims, is_f16)
+                                                 <const float*>_ptr(b_a, tn), <const float*>_ptr(dlse, cnp.NPY_FLOAT32),
+                                                 <float*>_ptr(dq, tn), <float*>_ptr(dk, tn), <float*>_ptr(dv, tn),
+                                                 dims, params, nthreads, mdims, is_f16)
         return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_VARLEN_BACKWARD or driver == _DRV_VARLEN_BACKWARD_HALF:
         q, k, v, do, cu_q, cu_k, s, used, dlse, fout, flse = ins
@@ -277,6 +284,10 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         mask, bias, mdims = _full_key_masks(mask, bias, _dim(k, 2))
         b_a = _win(bias, npwork, code, narrow, nthreads, "attn_bias")
         out = _out("out:out", q, npwork, narrow, tn)
+        # the log-sum-exp [B, Hq, Sq] when asked (the contract's `when: return_lse`), +inf where a
+        # row has nothing admissible
+        lse = (_np.full((_dim(q, 0), _dim(q, 1), _dim(q, 2)), _np.inf, _np.float32) if params.get("return_lse")
+               else None)
         if driver == _DRV_MASKED:
             # q, k and v are read where they lie (any view with unit-stride rows; another is copied)
             q = _rows_view(q, strides)
@@ -286,7 +297,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
             drive_attention_masked(tag, <const real_t*>_data_rows(q, tn), <const real_t*>_data_rows(k, tn),
                                    <const real_t*>_data_rows(v, tn), <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
                                    <const real_t*>_ptr(b_a, tn), <real_t*>_ptr(out, tn), dims, params, nthreads,
-                                   mdims, strides)
+                                   mdims, strides, <float*>_ptr(lse, cnp.NPY_FLOAT32))
         elif decode16:
             q_a = _win(q, npwork, code, narrow, nthreads, "q")
             h = _half_typenum(code)
@@ -300,7 +311,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                             <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
                                             <const float*>_ptr(b_a, tn), <float*>_ptr(out, tn), dims, params,
                                             nthreads, mdims, is_f16, <const unsigned short*>_data_rows(k, h),
-                                            <const unsigned short*>_data_rows(v, h), strides)
+                                            <const unsigned short*>_data_rows(v, h), strides, NULL, NULL, NULL,
+                                            NULL, <float*>_ptr(lse, cnp.NPY_FLOAT32))
         elif rnd_t is RoundNone and real_t is float:
             # as the half flash (pairs16 above): q and k read in their 16-bit storage, V too where
             # P V reads its pairs (_pairs16_v), the output rounded into the T array; the masks
@@ -319,9 +331,10 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                         NULL, NULL, NULL, <const unsigned short*>_ptr(q, h),
                                         <const unsigned short*>_ptr(k, h),
                                         <const unsigned short*>_ptr(v, h) if vin16 else NULL,
-                                        <unsigned short*>_ptr(res, h))
-            return res
-        return _from_work(out, code, nthreads) if narrow else out
+                                        <unsigned short*>_ptr(res, h), <float*>_ptr(lse, cnp.NPY_FLOAT32))
+            return (res, lse) if lse is not None else res
+        result = _from_work(out, code, nthreads) if narrow else out
+        return (result, lse) if lse is not None else result
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
         q, k, v, cu_q, cu_k, s, table, used = ins
         s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either

@@ -1309,10 +1309,13 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
     cdef real_t* Qr
     cdef real_t* dOr
     cdef real_t* dQr
+    cdef const unsigned char* mrow
+    cdef const real_t* arow
     cdef real_t scale = R(tag, <real_t>o.scale)
     cdef real_t cap = R(tag, <real_t>o.softcap)
     cdef real_t delta, ds, m
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
+    cdef bint sparse = masked or o.mask != NULL or o.bias != NULL
     for g in range(G):
         h = hk * G + g
         zero(dq + (b * sh.Hq + h) * Sq * D, Sq * D)
@@ -1350,6 +1353,13 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                 admissible_range(i0 + nr - 1, o, &lo, &hi)
                 if hi <= j0 or ka >= j0 + nc or hi <= ka:
                     continue
+                if o.mask != NULL:   # and the tile's keys attn_mask admits for some row of the step
+                    ka = ka if ka > j0 else j0
+                    hi = hi if hi < j0 + nc else j0 + nc
+                    mask_key_range(<const unsigned char*>o.mask + b * o.m_sb + h * o.m_sh + i0 * o.m_si, o.m_si,
+                                   nr, &ka, &hi)
+                    if hi <= ka:
+                        continue
                 # (rounded up to 16 keys: each key's score then comes from the same vector loop
                 # whatever the step's rows, as a scalar tail column rounds its dot differently
                 # below AVX-512; the keys added are masked in every row, exact zeros)
@@ -1377,10 +1387,18 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     trow = Tt + r * BC
                     transform_row(tag, srow, ncs, j0, i0 + r, scale, cap, slopes[h] if slopes != NULL else 0,
                                   slopes != NULL, o, masked, trow if cap != 0 else NULL)
+                    if o.mask != NULL or o.bias != NULL:   # attention_masked's: after softcap, as its forward
+                        mrow = NULL
+                        arow = NULL
+                        if o.mask != NULL:
+                            mrow = <const unsigned char*>o.mask + b * o.m_sb + h * o.m_sh + (i0 + r) * o.m_si + j0
+                        if o.bias != NULL:
+                            arow = <const real_t*>o.bias + b * o.a_sb + h * o.a_sh + (i0 + r) * o.a_si + j0
+                        apply_masks(tag, srow, ncs, mrow, arow)
                     # P = exp(s - lse): a row with no admissible key has lse = +inf, so P = 0
                     m = <real_t>flse[(b * sh.Hq + h) * flse_ld + i0 + r]
                     if rnd_t is RoundNone and real_t is float:
-                        fc_exp_shift_sum16_f32(srow, ncs, m, masked)
+                        fc_exp_shift_sum16_f32(srow, ncs, m, sparse)
                     else:
                         for j in range(ncs):
                             srow[j] = EXP(tag, R(tag, srow[j] - m))

@@ -68,10 +68,11 @@ VARLEN = Driver("attention_varlen", ("Tq", "NB", "BS", "B1", "Hq", "Hkv", "D"),
 MASKED = Driver("attention_masked", FORWARD_DIMS,
                 (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
                  DriverInput("attn_mask", "BOOL", optional=True), DriverInput("attn_bias", "T", optional=True)),
-                ("out",), ("softmax_scale",))
+                ("out", "lse"), ("softmax_scale",))
 
 # the backward of each model-facing forward: the forward's inputs with do_grad after v (packed
-# keys only for varlen: no block_table; its optional out and lse are the forward's outputs)
+# keys only for varlen: no block_table), then the gradient of the forward's lse and, optional
+# together, the forward's out and lse
 VARLEN_BACKWARD = Driver("attention_varlen_backward", VARLEN.dims,
                          (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
                           DriverInput("do_grad", "T"), DriverInput("cu_seqlens_q", INDEX),
@@ -83,7 +84,8 @@ VARLEN_BACKWARD = Driver("attention_varlen_backward", VARLEN.dims,
 MASKED_BACKWARD = Driver("attention_masked_backward", FORWARD_DIMS,
                          (DriverInput("q", "T"), DriverInput("k", "T"), DriverInput("v", "T"),
                           DriverInput("do_grad", "T"), DriverInput("attn_mask", "BOOL", optional=True),
-                          DriverInput("attn_bias", "T", optional=True)),
+                          DriverInput("attn_bias", "T", optional=True), DriverInput("dlse", "F32", optional=True),
+                          DriverInput("out", "T", optional=True), DriverInput("lse", "F32", optional=True)),
                          ("dq", "dk", "dv"), ("softmax_scale",))
 
 

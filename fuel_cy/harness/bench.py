@@ -531,7 +531,8 @@ def _varlen_paged_rows(torch, rng, quick, progress, probe):
 def _sdpa_rows(torch, rng, quick, progress):
     """fuel_cy.scaled_dot_product_attention with a key-padding mask against torch SDPA with the same
     mask (B = 4, H = 8, L = S = 1024; each sequence keeps a different prefix of its keys), f32
-    and bf16, and without a mask against attention_flash(_mixed) (the entry's own cost)."""
+    and bf16, and without a mask against attention_flash(_mixed) (the entry's own cost); the
+    masked backward against torch's autograd backward, f32 also given the forward's out and lse."""
     import fuel_cy
 
     if torch is None:
@@ -584,9 +585,17 @@ def _sdpa_rows(torch, rng, quick, progress):
             def peer_bwd():
                 torch.autograd.grad(out, leaves, do, retain_graph=True)
 
-            t_ours, t_peer = interleaved([ours_bwd, peer_bwd], reps=3 if quick else REPS)
+            runs = [ours_bwd, peer_bwd]
+            if code == "F32":   # and given the forward's out and lse, as fuel_cy.torch's SDPA hands them over
+                o_a, lse_a = fuel_cy.attention_masked(*arrays, attn_mask=mask, return_lse=True)
+                runs.append(lambda: fuel_cy.attention_masked_backward(*arrays, do_a, attn_mask=mask, out=o_a,
+                                                                      lse=lse_a))
+            t_ours, t_peer, *t_saved = interleaved(runs, reps=3 if quick else REPS)
             rows.append(_row("attention_masked_backward", code, shape, t_ours * 1e3, 2.5 * flops * d,
                              "torch SDPA autograd bwd same mask", t_peer * 1e3))
+            if t_saved:
+                rows.append(_row("attention_masked_backward", code, shape, t_saved[0] * 1e3, 2.5 * flops * d,
+                                 "torch SDPA autograd bwd same mask", t_peer * 1e3, mode="out+lse"))
     return rows
 
 
