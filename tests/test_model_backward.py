@@ -502,6 +502,27 @@ def test_torch_varlen_autograd_passes_the_saved_out_and_lse():
         assert _rel(a.numpy(), r) <= TOL[np.dtype(np.float32)]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_torch_masked_gradient_through_lse_matches_float64(dtype):
+    """attention_masked's lse in a loss: its gradient reaches q and k through dlse (float32 given
+    the saved out and lse, float64 recomputing), against float64 autograd of the same loss."""
+    torch.manual_seed(5)
+    q = torch.randn(2, 4, 40, 16, dtype=dtype, requires_grad=True)
+    k = torch.randn(2, 2, 150, 16, dtype=dtype, requires_grad=True)
+    v = torch.randn(2, 2, 150, 16, dtype=dtype, requires_grad=True)
+    mask = torch.rand(2, 1, 40, 150) < 0.7
+    w = torch.randn(2, 4, 40, dtype=torch.float64)
+    out, lse = ft.attention_masked(q, k, v, mask, softmax_scale=0.25, return_lse=True)
+    got = torch.autograd.grad(out.double().square().sum() + (lse.double() * w).sum(), (q, k, v))
+    qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
+    s = (0.25 * qd @ kd.repeat_interleave(2, 1).transpose(-1, -2)).masked_fill(~mask, -torch.inf)
+    o = torch.softmax(s, -1) @ vd.repeat_interleave(2, 1)
+    ref = torch.autograd.grad(o.square().sum() + (torch.logsumexp(s, -1) * w).sum(), (qd, kd, vd))
+    for a, r in zip(got, ref):
+        # lse is float32 whatever q's dtype: its gradient enters at float32
+        assert float((a.double() - r).abs().max()) <= 2e-5 * float(r.abs().max())
+
+
 def test_torch_sdpa_training_in_float32_hands_the_backward_out_and_lse():
     """fuel_cy.torch's SDPA under autograd in float32 saves the forward's out and lse and hands
     them to attention_masked_backward: the direct call's bits with them, not the recomputing

@@ -164,6 +164,9 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         against_peak("backward f32 given the forward's out and lse (varlen) >= 1.3x torch autograd backward",
                      lambda r: (r["kernel"] == "attention_varlen_backward" and r.get("mode") == "out+lse"
                                 and r["peer"] == "torch SDPA autograd bwd"), 1.3),
+        # and through SDPA's masks, as fuel_cy.torch's SDPA hands the forward's out and lse over
+        against_peak("SDPA backward f32 given out and lse (key padding) >= 1.3x torch autograd backward",
+                     lambda r: (r["kernel"] == "attention_masked_backward" and r.get("mode") == "out+lse"), 1.3),
         against_copy("paged decode >= 2x torch SDPA on contiguous K/V", lambda r: r["peer"] == "torch SDPA (contiguous K/V)",
                      2.0),
         check("paged decode K+V read >= 70% of the copy rate",
