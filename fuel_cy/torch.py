@@ -410,17 +410,21 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, q, k, v, m, dropout_p, is_causal, scale, enable_gqa,
                                    softcap, round_p))
     kernel = _PUBLIC["attention_masked"]
-    if (isinstance(query, torch.Tensor) and query.dtype == torch.float32 and torch.is_grad_enabled()
+    if (isinstance(query, torch.Tensor) and query.dtype in _STATISTICS_DTYPES and torch.is_grad_enabled()
             and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (query, key, value))):
         kernel = _with_statistics(kernel)
     return sdpa(TORCH_OPS, kernel, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, softcap,
                 round_p)
 
 
+# the dtypes whose backward takes the forward's statistics (float32 compute; float64 recomputes)
+_STATISTICS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _with_statistics(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """attention_masked returning its out only, its lse (return_lse) saved with it for the
-    backward: given both, attention_masked_backward runs float32 in FlashAttention-2's order (the
-    contract's prose) instead of recomputing each row's statistics."""
+    backward: given both, attention_masked_backward runs float32 compute in FlashAttention-2's
+    order (the contract's prose) instead of recomputing each row's statistics."""
     def call(*args: Any, **kwargs: Any) -> Any:
         return kernel(*args, return_lse=True, **kwargs)[0]
     return call

@@ -142,16 +142,54 @@ def test_masked_backward_given_out_and_lse_takes_dlse():
     assert _rel(plain[0], got[0].astype(np.float64)) > 1e-2
 
 
-@pytest.mark.parametrize("dtype", [np.float64, BF16, np.float16], ids=lambda d: np.dtype(d).name)
-def test_masked_backward_given_out_and_lse_recomputes_outside_float32(dtype):
-    """float64 and bf16/f16 take out and lse and recompute: the bits of the call without them."""
-    args, kw = _masked_case("tiles", dtype)
+def test_masked_backward_given_out_and_lse_recomputes_float64():
+    """float64 (its float32 lse would cost it precision) takes out and lse and recomputes: the
+    bits of the call without them."""
+    args, kw = _masked_case("tiles", np.float64)
     q, k, v, do, mask, bias = args
     out, lse = fuel_cy.attention_masked(q, k, v, mask, bias, return_lse=True, **kw)
     a = fuel_cy.attention_masked_backward(*args, **kw)
     b = fuel_cy.attention_masked_backward(*args, out=out, lse=lse, **kw)
     for x, y in zip(a, b):
         assert x.tobytes() == y.tobytes()
+
+
+def _each_score_form():
+    """Each form the bf16 products take at this level (vdpbf16ps, the tiles emulated, AMX where
+    granted), the CPU's choice restored after; once (None) at a level without AVX512-BF16."""
+    from fuel_cy.runtime.cpu import core
+
+    c = core()
+    if not c._test_bf16_score_forms():
+        yield None
+        return
+    chosen = c._test_bf16_score_form()
+    try:
+        for form in c._test_bf16_score_forms():
+            c._test_bf16_score_form(form)
+            yield form
+    finally:
+        c._test_bf16_score_form(chosen)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", ["holes+bias", "softcap+bias", "mqa", "tiles"])
+def test_half_masked_backward_given_out_and_lse_matches_float64(dtype, case):
+    """bf16/f16 given the forward's out and lse (key tiles outer where _saved_stats takes them:
+    the float32 loops, bf16 pairs on the tiles or with P exact; the rest recompute), in both
+    round_p modes and every form of the bf16 products: the same float64 bound as without them."""
+    args, kw = _masked_case(case, dtype)
+    q, k, v, do, mask, bias = args
+    ref = _ref_masked_case(args, kw, dtype)
+    for form in _each_score_form():
+        for rp in (True, False):
+            out, lse = fuel_cy.attention_masked(q, k, v, mask, bias, return_lse=True, round_p=rp, **kw)
+            got = fuel_cy.attention_masked_backward(*args, out=out, lse=lse, round_p=rp, **kw)
+            for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+                assert g.dtype == np.dtype(dtype)
+                assert _rel(g, r) <= TOL[np.dtype(dtype)], (form, rp, name)
+            if case == "holes+bias":
+                assert not np.any(got[0][1, :, 5].astype(np.float64))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -298,16 +336,32 @@ def test_varlen_backward_given_out_and_lse_takes_dlse_and_long_rows():
         assert _rel(plain[0], got[0].astype(np.float64)) > 1e-2
 
 
-@pytest.mark.parametrize("dtype", [np.float64, BF16, np.float16], ids=lambda d: np.dtype(d).name)
-def test_varlen_backward_given_out_and_lse_recomputes_outside_float32(dtype):
-    """float64 (its float32 lse would cost it precision) and bf16/f16 take out and lse and
-    recompute: the bits of the call without them."""
-    (q, k, v, do, cq, ck, slopes, used), kw = _varlen_case("causal+softcap+alibi[B,H]+seqused", dtype, 12)
+def test_varlen_backward_given_out_and_lse_recomputes_float64():
+    """float64 (its float32 lse would cost it precision) takes out and lse and recomputes: the
+    bits of the call without them."""
+    (q, k, v, do, cq, ck, slopes, used), kw = _varlen_case("causal+softcap+alibi[B,H]+seqused", np.float64, 12)
     out, lse = fuel_cy.attention_varlen(q, k, v, cq, ck, slopes, None, used, return_lse=True, **kw)
     a = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, **kw)
     b = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, out=out, lse=lse, **kw)
     for x, y in zip(a, b):
         assert x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16], ids=lambda d: np.dtype(d).name)
+def test_half_varlen_backward_given_out_and_lse_matches_float64(dtype):
+    """bf16/f16 varlen given the forward's out and lse, both round_p modes, every product form:
+    the per-sequence float64 bound, rows nothing reads still zero."""
+    (q, k, v, do, cq, ck, slopes, used), kw = _varlen_case("causal+softcap+alibi[B,H]+seqused", dtype, 12)
+    ref = _ref_varlen(q, k, v, do, cq, ck, used, float(np.float32(0.2)), kw["causal"], kw["window_size_left"],
+                      kw["window_size_right"], kw["softcap"], slopes)
+    for form in _each_score_form():
+        for rp in (True, False):
+            out, lse = fuel_cy.attention_varlen(q, k, v, cq, ck, slopes, None, used, return_lse=True, round_p=rp, **kw)
+            got = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, out=out, lse=lse, round_p=rp,
+                                                    **kw)
+            for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+                assert _rel(g, r) <= TOL[np.dtype(dtype)], (form, rp, name)
+            assert not np.any(got[0][int(cq[4]):int(cq[5])].astype(np.float64))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -338,15 +392,16 @@ def test_varlen_backward_keeps_a_rank4_key_arrays_shape():
     assert dk.reshape(30, 2, 16).tobytes() == flat[1].tobytes() and dq.tobytes() == flat[0].tobytes()
 
 
-@pytest.mark.parametrize("kernel", ["masked", "masked_saved", "varlen", "varlen_saved"])
+@pytest.mark.parametrize("kernel", ["masked", "masked_saved", "masked_saved_bf16", "varlen", "varlen_saved"])
 def test_backward_bits_do_not_depend_on_threads(kernel):
     rng = np.random.default_rng(7)
     if kernel.startswith("masked"):
-        q, do = _rand(rng, (2, 8, 150, 64), np.float32), _rand(rng, (2, 8, 150, 64), np.float32)
-        k, v = _rand(rng, (2, 2, 170, 64), np.float32), _rand(rng, (2, 2, 170, 64), np.float32)
+        dt = BF16 if kernel.endswith("bf16") else np.float32
+        q, do = _rand(rng, (2, 8, 150, 64), dt), _rand(rng, (2, 8, 150, 64), dt)
+        k, v = _rand(rng, (2, 2, 170, 64), dt), _rand(rng, (2, 2, 170, 64), dt)
         mask = rng.random((2, 1, 1, 170)) < 0.9
         run = lambda: fuel_cy.attention_masked_backward(q, k, v, do, mask, causal=True)   # noqa: E731
-        if kernel == "masked_saved":
+        if kernel.startswith("masked_saved"):
             out, lse = fuel_cy.attention_masked(q, k, v, mask, causal=True, return_lse=True)
             run = lambda: fuel_cy.attention_masked_backward(q, k, v, do, mask, out=out, lse=lse,  # noqa: E731
                                                             causal=True)
@@ -523,28 +578,31 @@ def test_torch_masked_gradient_through_lse_matches_float64(dtype):
         assert float((a.double() - r).abs().max()) <= 2e-5 * float(r.abs().max())
 
 
-def test_torch_sdpa_training_in_float32_hands_the_backward_out_and_lse():
-    """fuel_cy.torch's SDPA under autograd in float32 saves the forward's out and lse and hands
-    them to attention_masked_backward: the direct call's bits with them, not the recomputing
-    backward's, and the gradients meet the float64 bound."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_sdpa_training_hands_the_backward_out_and_lse(dtype):
+    """fuel_cy.torch's SDPA under autograd in float32 (and bf16) saves the forward's out and lse
+    and hands them to attention_masked_backward: the direct call's bits with them, not the
+    recomputing backward's, and the gradients meet the float64 bound."""
     torch.manual_seed(4)
-    q = torch.randn(2, 4, 150, 32, requires_grad=True)
-    k = torch.randn(2, 2, 200, 32, requires_grad=True)
-    v = torch.randn(2, 2, 200, 32, requires_grad=True)
+    q = torch.randn(2, 4, 150, 32).to(dtype).requires_grad_()
+    k = torch.randn(2, 2, 200, 32).to(dtype).requires_grad_()
+    v = torch.randn(2, 2, 200, 32).to(dtype).requires_grad_()
     mask = torch.rand(2, 1, 150, 200) < 0.8
-    grad = torch.randn(2, 4, 150, 32)
+    grad = torch.randn(2, 4, 150, 32).to(dtype)
     got = torch.autograd.grad(ft.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), (q, k, v),
                               grad)
-    n = lambda t: t.detach().numpy()   # noqa: E731
+    def n(t):   # the tensor's memory as fuel_cy's numpy input (bf16 as ml_dtypes.bfloat16)
+        t = t.detach()
+        return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
     out, lse = fuel_cy.attention_masked(n(q), n(k), n(v), n(mask), return_lse=True)
     want = fuel_cy.attention_masked_backward(n(q), n(k), n(v), n(grad), n(mask), out=out, lse=lse)
     for a, w in zip(got, want):
-        assert a.numpy().tobytes() == w.tobytes()
+        assert n(a).tobytes() == w.tobytes()
     recomputed = fuel_cy.attention_masked_backward(n(q), n(k), n(v), n(grad), n(mask))
-    assert any(a.numpy().tobytes() != r.tobytes() for a, r in zip(got, recomputed))   # (another order)
+    assert any(n(a).tobytes() != r.tobytes() for a, r in zip(got, recomputed))   # (another order)
     ref = _ref_masked(n(q), n(k), n(v), n(grad), n(mask), None, False, float(np.float32(1 / np.sqrt(32))), None)
     for a, r in zip(got, ref):
-        assert _rel(a.numpy(), r) <= TOL[np.dtype(np.float32)]
+        assert _rel(n(a), r) <= TOL[np.dtype(BF16 if dtype == torch.bfloat16 else np.float32)]
 
 
 def test_torch_autograd_refuses_what_the_backward_cannot_honour():

@@ -129,11 +129,13 @@ def test_round_p_reaches_the_kernel(grad):
         got = ft.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True, round_p=round_p)
         want = fuel_cy.attention_masked(q, k, v, causal=True, round_p=round_p)
         assert bits(got.detach().view(torch.int16).numpy()) == bits(want.view(np.int16))
-        if grad:   # the backward runs in the forward's mode
+        if grad:   # the backward runs in the forward's mode, given its out and lse
             do = np.ones_like(q)
             for x in t:
                 x.grad = None
             got.backward(torch.ones_like(got))
-            want_grads = fuel_cy.attention_masked_backward(q, k, v, do, causal=True, round_p=round_p)
+            out, lse = fuel_cy.attention_masked(q, k, v, causal=True, round_p=round_p, return_lse=True)
+            want_grads = fuel_cy.attention_masked_backward(q, k, v, do, causal=True, round_p=round_p, out=out,
+                                                           lse=lse)
             for x, w in zip(t, want_grads):
                 assert bits(x.grad.view(torch.int16).numpy()) == bits(w.view(np.int16))

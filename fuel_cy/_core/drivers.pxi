@@ -631,9 +631,12 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
 cdef inline bint _saved_stats(rnd_t tag, const real_t* fwd_out, const float* fwd_lse, bint bf16_pairs,
                               int round_p) noexcept:
     """Whether a backward given the forward's out and lse runs backward_task_saved: float32
-    compute on float32 values (no bf16 pairs, no rounded P); every other call recomputes."""
-    return (fwd_out != NULL and fwd_lse != NULL and rnd_t is RoundNone and real_t is float and not bf16_pairs
-            and round_p == 0)
+    compute (float32 inputs, and bf16/f16 ones on the float32 loops), bf16 pairs on the tiles,
+    or beside vdpbf16ps scores with P exact; bf16 with round_p on vdpbf16ps (its products on
+    paired P and dS columns, backward_task's rvec) and float64 recompute, as does f16 on its
+    split words (_backward: f16s)."""
+    return (fwd_out != NULL and fwd_lse != NULL and rnd_t is RoundNone and real_t is float
+            and (not bf16_pairs or round_p == 0 or fc_bf16_on_tiles()))
 
 
 cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
@@ -651,7 +654,7 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     (_f16_split) runs all five products from split words (fc_f16_tiles.h) when q, k, v and dout are
     finite (an infinity has no split; else the float32 loops).  fwd_out, fwd_lse: the forward's
     output (laid out as dout) and its lse (row i of the flattened head bh at fwd_lse[bh *
-    fwd_lse_ld + i]), or NULL: given both, float32 inputs (no bf16 pairs) run
+    fwd_lse_ld + i]), or NULL: given both, the calls _saved_stats names run
     backward_task_saved, key tiles outer; every other call recomputes the statistics."""
     cdef Shape sh
     sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D = dims
@@ -699,8 +702,10 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     o.bwd_rows = fc_bwd_rows_pairs if kv_pairs else fc_bwd_rows
     cdef Py_ssize_t br = o.bwd_rows   # backward_task's scratch, carved for br rows per step
     cdef Py_ssize_t per_thread = 3 * br * sh.D + 5 * br * Skp + 2 * Skp * sh.D + 2 * br * D2
-    if saved:   # backward_task_saved's: one key tile's S, dP, tanh and dK, dV accumulators, each row's delta
-        per_thread = 3 * br * sh.D + 3 * br * BC + 2 * BC * sh.D + (sh.Hq // sh.Hkv) * sh.Sq
+    if saved:   # backward_task_saved's: one key tile's S, dP, tanh and dK, dV accumulators, each row's
+        # delta, the step's Q and dO pairs
+        per_thread = (3 * br * sh.D + 3 * br * BC + 2 * BC * sh.D + (sh.Hq // sh.Hkv) * sh.Sq
+                      + 2 * br * ((sh.D + 1) // 2))
     cdef int nt = <int>min(nthreads, chunk)
     # one buffer: packed K and V (or their bf16 pairs), then every thread's scratch, 64-byte aligned
     cdef Py_ssize_t packed = 0 if words else _up64(chunk * per_head * sizeof(real_t))
@@ -733,9 +738,9 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
                 pack_heads(<real_t*>k, &sh.lk, kv0, nkv, sh.Sk, sh.D, ktp, nt)
                 pack_heads(<real_t*>v, &sh.lv, kv0, nkv, sh.Sk, sh.D, vtp, nt)
             if saved:
-                backward_core_saved(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, <real_t*>dout,
-                                    <real_t*>fwd_out, fwd_lse, fwd_lse_ld, <real_t*>slopes, dq, dk, dv, &sh, &o,
-                                    scratch, per_thread, nt)
+                backward_core_saved(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p, kvp_p,
+                                    <real_t*>dout, <real_t*>fwd_out, fwd_lse, fwd_lse_ld, <real_t*>slopes, dq, dk, dv,
+                                    &sh, &o, scratch, per_thread, nt)
             else:
                 backward_core(tag, kv0, nkv, <real_t*>q, <real_t*>k, ktp, vtp, kpp_p, vpp_p, kvp_p,
                               <real_t*>dout, <real_t*>slopes, dq, dk, dv, &sh, &o, scratch, per_thread, nt)

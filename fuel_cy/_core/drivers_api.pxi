@@ -209,10 +209,11 @@ cdef object drive_attention_varlen_backward_half(RoundNone tag, const float* q, 
                                                  int nthreads, int is_f16):
     """drive_attention_varlen_backward on bf16/f16 inputs widened exactly, under float32 compute
     (bf16 S and dP by vdpbf16ps or AMX tiles where the CPU has them, as
-    drive_attention_flash_backward_half).  fwd_out and fwd_lse are taken and not read: half types
-    recompute the statistics (the contract's prose)."""
+    drive_attention_flash_backward_half).  fwd_out (widened, as dout) and fwd_lse: as
+    drive_attention_varlen_backward's, taken where _saved_stats says."""
     _varlen_backward(tag, q, k, v, dout, cu_seqlens_q, cu_seqlens_k, seqused_k, slopes, slopes_ld, dlse, dq, dk,
-                     dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16, _round_p(params, is_f16))
+                     dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16, _round_p(params, is_f16),
+                     fwd_out, fwd_lse)
 
 
 cdef object drive_attention_masked_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v,
@@ -231,12 +232,11 @@ cdef object drive_attention_masked_backward(rnd_t tag, const real_t* q, const re
 
 cdef object drive_attention_masked_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
                                                  const float* dout, const unsigned char* attn_mask,
-                                                 const float* attn_bias, const float* dlse, float* dq, float* dk,
-                                                 float* dv, tuple dims, dict params, int nthreads, tuple mask_dims,
-                                                 int is_f16):
-    """drive_attention_masked_backward on bf16/f16 inputs widened exactly, under float32 compute
-    (the forward's out and lse are not taken: half types recompute the statistics, the
-    contract's prose)."""
+                                                 const float* attn_bias, const float* dlse, const float* fwd_out,
+                                                 const float* fwd_lse, float* dq, float* dk, float* dv, tuple dims,
+                                                 dict params, int nthreads, tuple mask_dims, int is_f16):
+    """drive_attention_masked_backward on bf16/f16 inputs widened exactly, under float32 compute;
+    fwd_out (widened, as dout) and fwd_lse taken where _saved_stats says."""
     cdef Py_ssize_t sq = dims[3]
     _backward(tag, q, k, v, dout, NULL, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16,
-              0, False, attn_mask, attn_bias, mask_dims, dlse, sq, _round_p(params, is_f16))
+              0, False, attn_mask, attn_bias, mask_dims, dlse, sq, _round_p(params, is_f16), fwd_out, fwd_lse, sq)

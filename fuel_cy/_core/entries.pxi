@@ -219,7 +219,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
             dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 0), _dim(q, 1), _dim(q, 2))), _np.float32)
         if flse is not None:
             flse = _np.ascontiguousarray(_np.broadcast_to(flse, (_dim(q, 0), _dim(q, 1), _dim(q, 2))), _np.float32)
-        fo_a = None if narrow else fout   # (bf16/f16 recompute the statistics: not read, not widened)
+        fo_a = _win(fout, npwork, code, narrow, nthreads, "out")
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
         v_a = _win(v, npwork, code, narrow, nthreads, "v")
@@ -241,6 +241,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                  <const float*>_ptr(v_a, tn), <const float*>_ptr(do_a, tn),
                                                  <const unsigned char*>_ptr(mask, cnp.NPY_BOOL),
                                                  <const float*>_ptr(b_a, tn), <const float*>_ptr(dlse, cnp.NPY_FLOAT32),
+                                                 <const float*>_ptr(fo_a, tn), <const float*>_ptr(flse, cnp.NPY_FLOAT32),
                                                  <float*>_ptr(dq, tn), <float*>_ptr(dk, tn), <float*>_ptr(dv, tn),
                                                  dims, params, nthreads, mdims, is_f16)
         return _grads(dq, dk, dv, code, narrow, nthreads)
@@ -251,7 +252,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
             dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 1), _dim(q, 0))), _np.float32)
         if flse is not None:
             flse = _np.ascontiguousarray(_np.broadcast_to(flse, (_dim(q, 1), _dim(q, 0))), _np.float32)
-        fo_a = None if narrow else fout   # (bf16/f16 recompute the statistics: not read, not widened)
+        fo_a = _win(fout, npwork, code, narrow, nthreads, "out")
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
         v_a = _win(v, npwork, code, narrow, nthreads, "v")
@@ -275,9 +276,10 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                  <const unsigned int*>_ptr(cu_q, u32, i32),
                                                  <const unsigned int*>_ptr(cu_k, u32, i32), <const float*>_ptr(s_a, tn),
                                                  s_ld, <const unsigned int*>_ptr(used, u32, i32),
-                                                 <const float*>_ptr(dlse, cnp.NPY_FLOAT32), NULL, NULL,
-                                                 <float*>_ptr(dq, tn), <float*>_ptr(dk, tn), <float*>_ptr(dv, tn),
-                                                 dims, params, nthreads, is_f16)
+                                                 <const float*>_ptr(dlse, cnp.NPY_FLOAT32), <const float*>_ptr(fo_a, tn),
+                                                 <const float*>_ptr(flse, cnp.NPY_FLOAT32), <float*>_ptr(dq, tn),
+                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params, nthreads,
+                                                 is_f16)
         return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_MASKED or driver == _DRV_MASKED_HALF:
         q, k, v, mask, bias = ins

@@ -362,9 +362,7 @@ static void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols
         return;                                                                                  \
     }                                                                                            \
     ptrdiff_t kp = rows_t / 2;                                                                   \
-    for (ptrdiff_t d = 0; d < d_t; d++)                                                          \
-        for (ptrdiff_t k = 0; k < kp; k++)                                                       \
-            xt[d * kp + k] = (fc_f2u(X[2 * k * ldx + d]) >> 16) | (fc_f2u(X[(2 * k + 1) * ldx + d]) & 0xffff0000u); \
+    fc_pair_rows_t_bf16(X, ldx, rows_t, d_t, xt);   /* xt[d * kp + k] */                         \
     enum { plane = FC_AMX_TN_ROWS / 2 * FC_AMX_TN_KEYS };                                       \
     uint32_t terms[3 * plane];                     /* [term][pair][key of the chunk] */          \
     CFG(&fc_amx_config);                                                                         \

@@ -139,8 +139,21 @@ static inline uint32_t fc_bf16_pair(const float* x, ptrdiff_t d, ptrdiff_t D) {
     return (lo >> 16) | (hi & 0xffff0000u);
 }
 static inline void fc_pair_rows_bf16(const float* x, ptrdiff_t rows, ptrdiff_t D, uint32_t* out, ptrdiff_t ldo) {
-    for (ptrdiff_t r = 0; r < rows; r++)
-        for (ptrdiff_t p = 0; 2 * p < D; p++) out[r * ldo + p] = fc_bf16_pair(x + r * D, 2 * p, D);
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        ptrdiff_t p = 0;
+#if defined(__AVX512BW__)
+        /* 32 floats -> their 32 top halves, in order: 16 pairs per permute (element by element
+         * it was a tenth of a bf16 backward given the forward's statistics, which pairs a query
+         * step once per key tile) */
+        const __m512i top = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                             31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        for (; 2 * p + 32 <= D; p += 16)
+            _mm512_storeu_si512(out + r * ldo + p,
+                                _mm512_permutex2var_epi16(_mm512_loadu_si512(x + r * D + 2 * p), top,
+                                                          _mm512_loadu_si512(x + r * D + 2 * p + 16)));
+#endif
+        for (; 2 * p < D; p++) out[r * ldo + p] = fc_bf16_pair(x + r * D, 2 * p, D);
+    }
 }
 /* K rows (n <= FC_BC keys of D bf16-valued floats) -> Kp [D2][FC_BC], keys n.. zero. */
 static inline void fc_pack_k_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff_t D, uint32_t* out) {
@@ -271,8 +284,34 @@ static inline void fc_pair_cols_bf16(const float* X, ptrdiff_t ldx, ptrdiff_t nr
 /* X rows [nrows][ldx] of bf16-valued floats -> transposed pairs of rows, out[d * R2 + k] =
  * (X[2k][d], X[2k + 1][d]) for d < D, k < R2 = ceil(nrows / 2) (Qp's layout with D as its rows). */
 static inline void fc_pair_rows_t_bf16(const float* X, ptrdiff_t ldx, ptrdiff_t nrows, ptrdiff_t D, uint32_t* out) {
-    ptrdiff_t R2 = (nrows + 1) / 2;
-    for (ptrdiff_t k = 0; k < R2; k++)
+    ptrdiff_t R2 = (nrows + 1) / 2, k0 = 0;
+#if defined(__AVX512F__)
+    /* 16 pairs of rows x 16 columns at a time: each pair's 16 columns paired in one vector, then
+     * the block transposed in registers (element by element these were most of fc_tn_bf16t's
+     * time beside the tile products) */
+    for (; k0 + 16 <= nrows / 2; k0 += 16) {
+        ptrdiff_t d0 = 0;
+        for (; d0 + 16 <= D; d0 += 16) {
+            __m512 w[16];
+            for (int i = 0; i < 16; i++) {   /* (fc_pair_keys_bf16 in a register) */
+                __m512i e = _mm512_loadu_si512(X + 2 * (k0 + i) * ldx + d0);
+                __m512i o = _mm512_loadu_si512(X + (2 * (k0 + i) + 1) * ldx + d0);
+                w[i] = _mm512_castsi512_ps(_mm512_or_si512(_mm512_srli_epi32(e, 16),
+                                                           _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
+            }
+            fc_transpose_block(w);
+            for (int j = 0; j < 16; j++) _mm512_storeu_ps((float*)(out + (d0 + j) * R2 + k0), w[j]);
+        }
+        for (ptrdiff_t k = k0; k < k0 + 16; k++)
+            for (ptrdiff_t d = d0; d < D; d++) {
+                uint32_t a, b;
+                memcpy(&a, X + 2 * k * ldx + d, 4);
+                memcpy(&b, X + (2 * k + 1) * ldx + d, 4);
+                out[d * R2 + k] = (a >> 16) | (b & 0xffff0000u);
+            }
+    }
+#endif
+    for (ptrdiff_t k = k0; k < R2; k++)
         for (ptrdiff_t d = 0; d < D; d++) {
             uint32_t a, b = 0;
             memcpy(&a, X + 2 * k * ldx + d, 4);

@@ -1274,7 +1274,8 @@ cdef void backward_core(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, re
 
 
 cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* q, real_t* k,
-                                     real_t* ktp, real_t* vtp, real_t* dout, real_t* fout,
+                                     real_t* ktp, real_t* vtp, const unsigned int* kpp, const unsigned int* vpp,
+                                     const unsigned int* kvp, real_t* dout, real_t* fout,
                                      const float* flse, Py_ssize_t flse_ld, real_t* slopes, real_t* dq,
                                      real_t* dk, real_t* dv, Shape* sh, AttnOpts* o, real_t* buf) noexcept nogil:
     # The backward given the forward's out and lse (float32 compute: _backward), in
@@ -1283,6 +1284,10 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
     # swept from L3 by every query step.  The statistics a step would take from whole rows come
     # from the forward: P = exp(s - lse) and delta = dO . O (minus dlse).  dQ is summed in dq
     # itself, tile after tile in key order, and scaled once at the end: a fixed order, no atomics.
+    # kpp/vpp (bf16 inputs: _saved_stats) hold K's and V's bf16 pairs per tile, as backward_task
+    # takes them: S and dP from fc_qk_dpbf16, dQ += dS K from fc_pv_bf16v (kvp: K's keys paired,
+    # on the tiles), and on the tiles dV and dK from fc_tn_bf16t into accumulators held
+    # transposed ([D][BC]).  With round_p, P and dS are rounded to T before those products.
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), ncs
     cdef Py_ssize_t kvh = kv0 + task
@@ -1298,6 +1303,13 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
     cdef real_t* dKa = Tt + br * BC
     cdef real_t* dVa = dKa + BC * D
     cdef real_t* dl = dVa + BC * D   # delta of each of the task's G * Sq rows
+    cdef Py_ssize_t D2 = (D + 1) // 2
+    cdef unsigned int* Qp = <unsigned int*>(dl + G * Sq)   # br * D2 each: the step's Q and dO as bf16 pairs
+    cdef unsigned int* dOp = Qp + br * D2
+    cdef bint tiles = kpp != NULL and fc_bf16_on_tiles()
+    cdef int nterms = 1 if o.round_p else 3
+    # dK and dV accumulate [key][D], or [D][BC] (held transposed) on the tiles
+    cdef Py_ssize_t per_key = 1 if tiles else D, per_col = BC if tiles else 1
     cdef real_t* rows[BC]
     cdef real_t* kbase = k + (b * sh.Hkv + hk) * Sk * D
     cdef real_t* kth = ktp + task * ntiles * D * BC
@@ -1316,6 +1328,7 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
     cdef real_t delta, ds, m
     cdef bint masked = o.causal or o.wl >= 0 or o.wr >= 0
     cdef bint sparse = masked or o.mask != NULL or o.bias != NULL
+    fc_amx_hold()   # (the tile kernels below configure the tiles once for the task)
     for g in range(G):
         h = hk * G + g
         zero(dq + (b * sh.Hq + h) * Sq * D, Sq * D)
@@ -1339,6 +1352,7 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
             dqh = dq + (b * sh.Hq + h) * Sq * D
             for qt in range(ceil_div(Sq, br)):
                 if fc_stopped(o.it):
+                    fc_amx_unhold()
                     return
                 i0 = qt * br
                 nr = Sq - i0
@@ -1379,8 +1393,15 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     Qr = Qs
                     dOr = dOs
                     dQr = dQa
-                qk_tile(tag, Qr, nr4, D, kth + t * D * BC, S, BC, ncs)
-                qk_tile(tag, dOr, nr4, D, vth + t * D * BC, dP, BC, ncs)
+                if kpp != NULL:
+                    if rnd_t is RoundNone and real_t is float:
+                        fc_pair_rows_bf16(Qr, nr4, D, Qp, D2)
+                        fc_pair_rows_bf16(dOr, nr4, D, dOp, D2)
+                        fc_qk_dpbf16(Qp, nr4, D2, kpp + (task * ntiles + t) * D2 * BC, S, BC, ncs)
+                        fc_qk_dpbf16(dOp, nr4, D2, vpp + (task * ntiles + t) * D2 * BC, dP, BC, ncs)
+                else:
+                    qk_tile(tag, Qr, nr4, D, kth + t * D * BC, S, BC, ncs)
+                    qk_tile(tag, dOr, nr4, D, vth + t * D * BC, dP, BC, ncs)
                 for r in range(nr):
                     srow = S + r * BC
                     dprow = dP + r * BC
@@ -1409,6 +1430,10 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                             if cap != 0:
                                 ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
                             dprow[j] = ds
+                    if rnd_t is RoundNone and real_t is float:
+                        if o.round_p:   # P and dS rounded to T before the products they enter
+                            fc_round_rows_half(srow, 0, 1, ncs, o.round_p == 2)
+                            fc_round_rows_half(dprow, 0, 1, ncs, o.round_p == 2)
                     for j in range(ncs, n4):   # keys ncs..n4 are padding rows of dK/dV
                         srow[j] = 0
                         dprow[j] = 0
@@ -1416,12 +1441,20 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     zero(S + r * BC, n4)
                     zero(dP + r * BC, n4)
                 # dQ += dS K over this tile's keys, continuing each row's sum in dq
-                pv_accum_contig(tag, dP, BC, nr4, ncs, kbase + j0 * D, D, rows, D, dQr, D)
+                if kpp != NULL:
+                    if rnd_t is RoundNone and real_t is float:
+                        fc_pv_bf16v(dP, BC, nr4, ncs, kbase + j0 * D, D, rows, D, dQr, D,
+                                    kvp + (task * ntiles + t) * (BC // 2) * D if kvp != NULL else NULL, nterms)
+                else:
+                    pv_accum_contig(tag, dP, BC, nr4, ncs, kbase + j0 * D, D, rows, D, dQr, D)
                 if dQr == dQa:
                     for x in range(nr * D):
                         dqh[i0 * D + x] = dQa[x]
-                # dV += P^T dO and dK += dS^T Q over the step's rows
-                if rnd_t is RoundNone and real_t is float:
+                # dV += P^T dO and dK += dS^T Q over the step's rows (Qp is free: X's pairs)
+                if rnd_t is RoundNone and real_t is float and tiles:
+                    fc_tn_bf16t(S, BC, nr, n4, dOr, D, D, dVa, BC, Qp, nterms)
+                    fc_tn_bf16t(dP, BC, nr, n4, Qr, D, D, dKa, BC, Qp, nterms)
+                elif rnd_t is RoundNone and real_t is float:
                     fc_gemm_tn_f32(S, BC, n4, nr, dOr, D, D, dVa, D)
                     fc_gemm_tn_f32(dP, BC, n4, nr, Qr, D, D, dKa, D)
                 elif rnd_t is RoundNone:
@@ -1429,8 +1462,9 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     fc_gemm_tn_f64(dP, BC, n4, nr, Qr, D, D, dKa, D)
         for j in range(nc):
             for d in range(D):
-                dk[((b * sh.Hkv + hk) * Sk + j0 + j) * D + d] = R(tag, scale * dKa[j * D + d])
-                dv[((b * sh.Hkv + hk) * Sk + j0 + j) * D + d] = dVa[j * D + d]
+                dk[((b * sh.Hkv + hk) * Sk + j0 + j) * D + d] = R(tag, scale * dKa[j * per_key + d * per_col])
+                dv[((b * sh.Hkv + hk) * Sk + j0 + j) * D + d] = dVa[j * per_key + d * per_col]
+    fc_amx_unhold()
     for g in range(G):
         dqh = dq + (b * sh.Hq + hk * G + g) * Sq * D
         for x in range(Sq * D):
@@ -1438,7 +1472,8 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
 
 
 cdef void backward_core_saved(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t* q, real_t* k, real_t* ktp,
-                              real_t* vtp, real_t* dout, real_t* fout, const float* flse, Py_ssize_t flse_ld,
+                              real_t* vtp, const unsigned int* kpp, const unsigned int* vpp,
+                              const unsigned int* kvp, real_t* dout, real_t* fout, const float* flse, Py_ssize_t flse_ld,
                               real_t* slopes, real_t* dq, real_t* dk, real_t* dv, Shape* sh, AttnOpts* o,
                               real_t* scratch, Py_ssize_t per_thread, int nthreads) noexcept nogil:
     """backward_core given the forward's out and lse (backward_task_saved): one task per (batch,
@@ -1447,5 +1482,5 @@ cdef void backward_core_saved(rnd_t tag, Py_ssize_t kv0, Py_ssize_t nkv, real_t*
     for task in prange(nkv, schedule='dynamic', num_threads=nthreads):
         if fc_stopped(o.it):
             continue
-        backward_task_saved(tag, task, kv0, q, k, ktp, vtp, dout, fout, flse, flse_ld, slopes, dq, dk, dv, sh, o,
-                            scratch + threadid() * per_thread)
+        backward_task_saved(tag, task, kv0, q, k, ktp, vtp, kpp, vpp, kvp, dout, fout, flse, flse_ld, slopes, dq, dk,
+                            dv, sh, o, scratch + threadid() * per_thread)

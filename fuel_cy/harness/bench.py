@@ -367,14 +367,26 @@ def _mixed_rows(torch, rng, quick, progress, probe):
             tdo = torch.from_numpy(base[3]).to(tdt)
             out = sdpa(tq, tk, tv)
             progress(f"mixed backward {code} {shape}")
-            t_ours, t_fast, t_peer = interleaved(
+            # and the model-facing backward given the forward's out and lse in both modes, as
+            # fuel_cy.torch's SDPA hands them over (torch's autograd is given its own)
+            saved = {rp: fuel_cy.attention_masked(q, k, v, return_lse=True, round_p=rp) for rp in (False, True)}
+            t_ours, t_fast, t_peer, t_saved, t_saved_fast = interleaved(
                 [lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do),
                  lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do, round_p=True),
-                 lambda: torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)], reps=3)
+                 lambda: torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True),
+                 lambda: fuel_cy.attention_masked_backward(q, k, v, do, out=saved[False][0], lse=saved[False][1],
+                                                           round_p=False),
+                 lambda: fuel_cy.attention_masked_backward(q, k, v, do, out=saved[True][0], lse=saved[True][1])],
+                reps=3)
+            peer = f"torch SDPA autograd bwd {code.lower()}"
             rows.append(_row("attention_flash_backward_mixed", code, shape, t_ours * 1e3, 10 * 8 * s * s * d,
-                             f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3))
+                             peer, t_peer * 1e3))
             rows.append(_row("attention_flash_backward_mixed", code, shape, t_fast * 1e3, 10 * 8 * s * s * d,
-                             f"torch SDPA autograd bwd {code.lower()}", t_peer * 1e3, mode="P in T"))
+                             peer, t_peer * 1e3, mode="P in T"))
+            rows.append(_row("attention_masked_backward", code, shape, t_saved * 1e3, 10 * 8 * s * s * d,
+                             peer, t_peer * 1e3, mode="out+lse"))
+            rows.append(_row("attention_masked_backward", code, shape, t_saved_fast * 1e3, 10 * 8 * s * s * d,
+                             peer, t_peer * 1e3, mode="P in T, out+lse"))
     b, hq, hkv, d, bs = 16, 32, 8, 128, 16
     for ctx in ((1024,) if quick else (2048, 8192)):
         nblk = b * ctx // bs

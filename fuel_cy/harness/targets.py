@@ -166,7 +166,8 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                                 and r["peer"] == "torch SDPA autograd bwd"), 1.3),
         # and through SDPA's masks, as fuel_cy.torch's SDPA hands the forward's out and lse over
         against_peak("SDPA backward f32 given out and lse (key padding) >= 1.3x torch autograd backward",
-                     lambda r: (r["kernel"] == "attention_masked_backward" and r.get("mode") == "out+lse"), 1.3),
+                     lambda r: (r["kernel"] == "attention_masked_backward" and r.get("mode") == "out+lse"
+                                and r["dtype"] == "F32"), 1.3),
         against_copy("paged decode >= 2x torch SDPA on contiguous K/V", lambda r: r["peer"] == "torch SDPA (contiguous K/V)",
                      2.0),
         check("paged decode K+V read >= 70% of the copy rate",
@@ -213,6 +214,12 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                      1.0),
         against_peak("mixed backward, P in T: >= 1.2x torch autograd backward in that dtype",
                      mixed("attention_flash_backward_mixed", "P in T"), 1.2),
+        # the same given the forward's out and lse, as torch's autograd gives its own backward (the
+        # model-facing backward, which SDPA training reaches)
+        against_peak("mixed backward given out and lse, P in T: >= 1.2x torch autograd backward in that dtype",
+                     mixed("attention_masked_backward", "P in T, out+lse"), 1.2),
+        check("mixed backward given out and lse, exact P: >= 1.0x torch autograd backward in that dtype",
+              ratios(lambda r: mixed("attention_masked_backward", "out+lse")(r) and r["dtype"] != "F32"), 1.0),
     ]
     varlen = lambda peer: ratios(lambda r: r["kernel"] == "attention_varlen" and r["peer"] == peer)  # noqa: E731
     out += [
