@@ -45,3 +45,23 @@ def input_error_of(fn, *args, **kwargs):
     except fuel_cy.InputError as exc:
         return str(exc)
     return None
+
+
+def each_bf16_score_form():
+    """Run the loop body once per form the bf16 products take at this CPU level (vdpbf16ps, the
+    tiles emulated, AMX where granted), then restore the CPU's choice; at a level without
+    AVX512-BF16 (a lower level forced on any CPU) once, as None: the kernels take the float32
+    loops there and there is no form to switch."""
+    from fuel_cy.runtime.cpu import core
+
+    c = core()
+    if not c._test_bf16_score_forms():
+        yield None
+        return
+    chosen = c._test_bf16_score_form()
+    try:
+        for form in c._test_bf16_score_forms():
+            assert c._test_bf16_score_form(form) == form
+            yield form
+    finally:
+        c._test_bf16_score_form(chosen)

@@ -19,7 +19,7 @@ import pytest
 
 import fuel_cy
 import reference_impl as ref
-from conftest import ROOT
+from conftest import ROOT, each_bf16_score_form
 from inputs import attention_inputs
 from measures import bits as _bits
 from measures import rel as _rel
@@ -83,23 +83,6 @@ def _form(form):
         c._test_bf16_score_form(chosen)
 
 
-def _each_form():
-    """Run the loop body once per score form this CPU level has, then restore the CPU's choice;
-    at a level without AVX512-BF16 (a lower level forced on any CPU) once, as None: the kernels
-    take the float32 loops there and there is no form to switch."""
-    c = core()
-    if not c._test_bf16_score_forms():
-        yield None
-        return
-    chosen = c._test_bf16_score_form()
-    try:
-        for form in c._test_bf16_score_forms():
-            assert c._test_bf16_score_form(form) == form
-            yield form
-    finally:
-        c._test_bf16_score_form(chosen)
-
-
 def test_score_forms_follow_the_cpu():
     """AMX where the CPU has AMX-BF16 and Linux granted the tile state, vdpbf16ps at the other
     AVX512-BF16 CPUs; the emulated tile form exists at every AVX512-BF16 level for the tests and is
@@ -135,7 +118,7 @@ def test_scores_are_each_forms_float32_sums(rows, keys, d):
     # every rounding of a d-term float32 sum is within 2^-24 of a partial sum, each below sum |q k|
     bound = d * 2.0**-24 * (np.abs(q).astype(np.float64) @ np.abs(k).astype(np.float64).T)
     c._test_amx_emulation_faults()
-    for form in _each_form():
+    for form in each_bf16_score_form():
         s = c._test_qk_dpbf16(q, k)
         assert np.all(np.abs(s - exact) <= bound), form
         if form == "vdpbf16ps":
@@ -271,7 +254,7 @@ def test_the_emulated_tile_form_takes_the_tiles():
         return
     q, k = _bf16_values((64, 64), 1), _bf16_values((128, 64), 2)
     assert not np.array_equal(_tiles_model(q, k), _vdpbf16ps_model(q, k))
-    for form in _each_form():
+    for form in each_bf16_score_form():
         if form == "amx-emulated":
             assert _bits(c._test_qk_dpbf16(q, k)) == _bits(_tiles_model(q, k))
 
@@ -375,7 +358,7 @@ def _check_each_product_form(product, exact, bound, model, tiles_ran):
     the hardware tiles repeatable."""
     c = core()
     c._test_amx_emulation_faults()
-    for form in _each_form():
+    for form in each_bf16_score_form():
         got = product()
         assert np.all(np.abs(got - exact) <= bound), form
         if form == "amx-emulated":
@@ -448,7 +431,7 @@ def test_mixed_backward_products_take_the_tiles(rows_per_step):
     c._test_amx_emulation_faults()
     try:
         c._test_bwd_rows(rows_per_step)
-        for form in _each_form():
+        for form in each_bf16_score_form():
             c._test_amx_emulation_dps()
             got = fuel_cy.attention_flash_backward_mixed(q, k, v, do)
             for g, want in zip(got, grads):
@@ -534,7 +517,7 @@ def _check_mixed_bf16_kernels_under_every_score_form(case):
     grads = ref.backward(q, k, v, do, slopes, causal=params.get("causal", False), left=params.get("window_size_left"),
                          right=params.get("window_size_right"), softcap=params.get("softcap"))
     core()._test_amx_emulation_faults()
-    for form in _each_form():
+    for form in each_bf16_score_form():
         runs = []
         for threads in (1, 2):
             fuel_cy.set_num_threads(threads)
@@ -646,7 +629,7 @@ def test_the_mixed_flash_reads_v_in_its_storage_where_p_v_takes_its_pairs(s, d, 
     rng = np.random.default_rng(s + d)
     q, k, v = (rng.standard_normal((1, 2, s, d)).astype(BF16) for _ in range(3))
     mask = rng.random((1, 1, s, s)) < 0.8
-    for form in _each_form():
+    for form in each_bf16_score_form():
         for round_p in (False, True):
             c._temps.arrays = {}
             c._temps.bufs = {}

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import fuel_cy
+from conftest import each_bf16_score_form
 from fuel_cy.errors import InputError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -154,24 +155,6 @@ def test_masked_backward_given_out_and_lse_recomputes_float64():
         assert x.tobytes() == y.tobytes()
 
 
-def _each_score_form():
-    """Each form the bf16 products take at this level (vdpbf16ps, the tiles emulated, AMX where
-    granted), the CPU's choice restored after; once (None) at a level without AVX512-BF16."""
-    from fuel_cy.runtime.cpu import core
-
-    c = core()
-    if not c._test_bf16_score_forms():
-        yield None
-        return
-    chosen = c._test_bf16_score_form()
-    try:
-        for form in c._test_bf16_score_forms():
-            c._test_bf16_score_form(form)
-            yield form
-    finally:
-        c._test_bf16_score_form(chosen)
-
-
 @pytest.mark.parametrize("dtype", [BF16, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("case", ["holes+bias", "softcap+bias", "mqa", "tiles"])
 def test_half_masked_backward_given_out_and_lse_matches_float64(dtype, case):
@@ -181,7 +164,7 @@ def test_half_masked_backward_given_out_and_lse_matches_float64(dtype, case):
     args, kw = _masked_case(case, dtype)
     q, k, v, do, mask, bias = args
     ref = _ref_masked_case(args, kw, dtype)
-    for form in _each_score_form():
+    for form in each_bf16_score_form():
         for rp in (True, False):
             out, lse = fuel_cy.attention_masked(q, k, v, mask, bias, return_lse=True, round_p=rp, **kw)
             got = fuel_cy.attention_masked_backward(*args, out=out, lse=lse, round_p=rp, **kw)
@@ -354,7 +337,7 @@ def test_half_varlen_backward_given_out_and_lse_matches_float64(dtype):
     (q, k, v, do, cq, ck, slopes, used), kw = _varlen_case("causal+softcap+alibi[B,H]+seqused", dtype, 12)
     ref = _ref_varlen(q, k, v, do, cq, ck, used, float(np.float32(0.2)), kw["causal"], kw["window_size_left"],
                       kw["window_size_right"], kw["softcap"], slopes)
-    for form in _each_score_form():
+    for form in each_bf16_score_form():
         for rp in (True, False):
             out, lse = fuel_cy.attention_varlen(q, k, v, cq, ck, slopes, None, used, return_lse=True, round_p=rp, **kw)
             got = fuel_cy.attention_varlen_backward(q, k, v, do, cq, ck, slopes, used, out=out, lse=lse, round_p=rp,

@@ -16,12 +16,10 @@ CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(ml_d
 HALF = (ml_dtypes.bfloat16, np.float16)
 
 
-def reference(q, k, v, mask=None, bias=None, scale=None, causal=False, softcap=None):
-    """[B, Hq, L, D] attention in float64 with the contract's order: scale, softcap, + bias, then
-    masked; a row with nothing admissible is zero."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+def scores(q, k, mask=None, bias=None, scale=None, causal=False, softcap=None):
+    """[B, Hq, L, S] scores in float64 with the contract's order (scale, softcap, + bias, then
+    masked to -inf) and which pairs are admissible."""
+    q, k = np.asarray(q, np.float64), np.repeat(np.asarray(k, np.float64), q.shape[1] // k.shape[1], axis=1)
     scale = 1 / np.sqrt(max(q.shape[-1], 1)) if scale is None else scale
     s = np.einsum("bhid,bhjd->bhij", q, k) * scale
     if softcap is not None:
@@ -33,7 +31,13 @@ def reference(q, k, v, mask=None, bias=None, scale=None, causal=False, softcap=N
         ok &= np.broadcast_to(mask, s.shape)
     if causal:
         ok &= np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None]
-    s = np.where(ok, s, -np.inf)
+    return np.where(ok, s, -np.inf), ok
+
+
+def reference(q, k, v, mask=None, bias=None, scale=None, causal=False, softcap=None):
+    """[B, Hq, L, D] attention in float64 over scores(); a row with nothing admissible is zero."""
+    s, ok = scores(q, k, mask, bias, scale, causal, softcap)
+    v = np.repeat(np.asarray(v, np.float64), q.shape[1] // v.shape[1], axis=1)
     m = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.zeros(s.shape[:-1] + (1,))
     e = np.where(ok, np.exp(s - np.where(np.isfinite(m), m, 0)), 0.0)
     den = e.sum(axis=-1, keepdims=True)
@@ -101,20 +105,8 @@ def test_masks_match_the_reference(dtype, shape, which):
 
 
 def reference_lse(q, k, mask=None, bias=None, scale=None, causal=False, softcap=None):
-    """[B, Hq, L] log-sum-exp of the reference's scores in float64: +inf where nothing is admissible."""
-    q, k = np.asarray(q, np.float64), np.repeat(np.asarray(k, np.float64), q.shape[1] // k.shape[1], axis=1)
-    scale = 1 / np.sqrt(max(q.shape[-1], 1)) if scale is None else scale
-    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
-    if softcap is not None:
-        s = np.tanh(s / softcap) * softcap
-    if bias is not None:
-        s = s + np.asarray(bias, np.float64)
-    ok = np.ones(s.shape, bool)
-    if mask is not None:
-        ok &= np.broadcast_to(mask, s.shape)
-    if causal:
-        ok &= np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None]
-    s = np.where(ok, s, -np.inf)
+    """[B, Hq, L] log-sum-exp of scores() in float64: +inf where nothing is admissible."""
+    s, ok = scores(q, k, mask, bias, scale, causal, softcap)
     m = np.where(ok.any(-1), s.max(axis=-1), 0.0)
     total = np.where(ok, np.exp(s - m[..., None]), 0.0).sum(-1)
     return np.where(total > 0, m + np.log(np.where(total > 0, total, 1.0)), np.inf)
