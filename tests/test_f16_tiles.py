@@ -14,7 +14,7 @@ import fuel_cy
 import reference_impl as ref
 from inputs import attention_inputs
 from measures import bits
-from test_bf16_scores import _each_form
+from conftest import each_bf16_score_form
 from test_round_p import _backward_call
 
 from fuel_cy.runtime.cpu import core
@@ -134,7 +134,7 @@ def test_f16_inputs_holding_an_infinity_or_a_nan_keep_the_float32_loops(name, wh
 def test_f16_tile_bits_do_not_depend_on_threads(name):
     q, k, v, _ = attention_inputs(1, 4, 2, 260, 260, 72, np.float16, False, seed=13)
     call = _f16_call(name, q, k, v)
-    for form in _each_form():
+    for form in each_bf16_score_form():
         if form == "vdpbf16ps":
             continue
         try:
@@ -247,7 +247,7 @@ def test_an_f16_step_whose_ds_overflows_keeps_the_float32_loops_for_dq_and_dk():
 @pytest.mark.parametrize("name", ["attention_flash_backward_mixed", "attention_varlen_backward"])
 def test_f16_backward_tile_bits_do_not_depend_on_threads(name):
     q, k, v, do, _ = attention_inputs(1, 4, 2, 200, 200, 48, np.float16, False, seed=24, with_do=True)
-    for form in _each_form():
+    for form in each_bf16_score_form():
         if form == "vdpbf16ps":
             continue
         try:

@@ -15,7 +15,7 @@ import fuel_cy
 import reference_impl as ref
 from inputs import attention_inputs
 from measures import bits
-from test_bf16_scores import _each_form
+from conftest import each_bf16_score_form
 
 from fuel_cy.runtime.cpu import core
 
@@ -61,7 +61,7 @@ def test_round_p_is_the_tile_rounded_reference(tname, name, hq, hkv, s, d, causa
     exact = ref.forward(q, k, v, scale=1 / np.sqrt(d), causal=causal)
     vmax = float(np.abs(v.astype(np.float64)).max())
     # (f16 too: on the tile forms its round_p products run on two bf16 terms per value)
-    for form in (_each_form() if core()._TEST_HAVE_DPBF16 else [None]):
+    for form in (each_bf16_score_form() if core()._TEST_HAVE_DPBF16 else [None]):
         got = _kernel_call(name, q, k, v, causal, round_p=True)
         same, near = _match(got, rounded, T, vmax)
         # the kernel's exp is float32's, so a weight next to a rounding boundary of T may round
@@ -127,7 +127,7 @@ def test_a_weight_rounded_up_to_bf16s_least_normal_enters_p_v():
     # fc_expf_v): there the weight is 0 before any rounding, and so is the output
     level = fuel_cy.runtime.cpu.capability()
     expected = 2.0**-26 if "avx512f" in fuel_cy.build_info()["levels"][level]["features"] else 0.0
-    for _ in _each_form():
+    for _ in each_bf16_score_form():
         for out in (fuel_cy.attention_flash_mixed(q, k, v, softmax_scale=scale, round_p=True),
                     fuel_cy.attention_varlen(qp, kp, vp, np.array([0, 16], np.uint32), np.array([0, 2], np.uint32),
                                              softmax_scale=scale)):
@@ -181,7 +181,7 @@ def test_paired_weights_on_the_tiles_give_the_float32_weights_bits(name):
     saved = c._test_paired_weights()
     rng = np.random.default_rng(7)
     try:
-        for form in _each_form():
+        for form in each_bf16_score_form():
             for hq, hkv, s, d, causal, spread in [(2, 2, 256, 64, False, 1.0), (4, 2, 300, 80, True, 1.0),
                                                   (2, 1, 256, 64, False, 8.0), (2, 2, 200, 48, True, 8.0)]:
                 q = (rng.standard_normal((1, hq, s, d)) * spread).astype(BF16)
@@ -235,7 +235,7 @@ def test_backward_round_p_is_the_rounded_reference(tname, name, hq, hkv, s, d, c
     scale = 1 / np.sqrt(d)
     rounded = ref.backward(q, k, v, do, scale=scale, causal=causal, round_to=T)
     exact = ref.backward(q, k, v, do, scale=scale, causal=causal)
-    for form in (_each_form() if core()._TEST_HAVE_DPBF16 else [None]):
+    for form in (each_bf16_score_form() if core()._TEST_HAVE_DPBF16 else [None]):
         got = _backward_call(name, q, k, v, do, causal, round_p=True)
         got_exact = _backward_call(name, q, k, v, do, causal, round_p=False)
         for g, gx, want, want_x, wrt in zip(got, got_exact, rounded, exact, ("dq", "dk", "dv")):
