@@ -385,6 +385,10 @@ TORCH_OPS = ArrayOps(
 )
 
 
+# the dtypes whose backward takes the forward's statistics (float32 compute; float64 recomputes)
+_STATISTICS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: Optional[float] = None,
@@ -415,10 +419,6 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         kernel = _with_statistics(kernel)
     return sdpa(TORCH_OPS, kernel, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, softcap,
                 round_p)
-
-
-# the dtypes whose backward takes the forward's statistics (float32 compute; float64 recomputes)
-_STATISTICS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _with_statistics(kernel: Callable[..., Any]) -> Callable[..., Any]:

@@ -214,11 +214,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     if driver == _DRV_MASKED_BACKWARD or driver == _DRV_MASKED_BACKWARD_HALF:
         q, k, v, do, mask, bias, dlse, fout, flse = ins
         mask, bias, mdims = _full_key_masks(mask, bias, _dim(k, 2))
-        # [B, Hq, Sq] float32 (a dim of 1 broadcasts: expanded here)
-        if dlse is not None:
-            dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 0), _dim(q, 1), _dim(q, 2))), _np.float32)
-        if flse is not None:
-            flse = _np.ascontiguousarray(_np.broadcast_to(flse, (_dim(q, 0), _dim(q, 1), _dim(q, 2))), _np.float32)
+        dlse = _f32_rows(dlse, (_dim(q, 0), _dim(q, 1), _dim(q, 2)))   # [B, Hq, Sq]
+        flse = _f32_rows(flse, (_dim(q, 0), _dim(q, 1), _dim(q, 2)))
         fo_a = _win(fout, npwork, code, narrow, nthreads, "out")
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
@@ -247,11 +244,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         return _grads(dq, dk, dv, code, narrow, nthreads)
     if driver == _DRV_VARLEN_BACKWARD or driver == _DRV_VARLEN_BACKWARD_HALF:
         q, k, v, do, cu_q, cu_k, s, used, dlse, fout, flse = ins
-        # [Hq, Tq] float32 (a dim of 1 broadcasts: expanded here)
-        if dlse is not None:
-            dlse = _np.ascontiguousarray(_np.broadcast_to(dlse, (_dim(q, 1), _dim(q, 0))), _np.float32)
-        if flse is not None:
-            flse = _np.ascontiguousarray(_np.broadcast_to(flse, (_dim(q, 1), _dim(q, 0))), _np.float32)
+        dlse = _f32_rows(dlse, (_dim(q, 1), _dim(q, 0)))   # [Hq, Tq]
+        flse = _f32_rows(flse, (_dim(q, 1), _dim(q, 0)))
         fo_a = _win(fout, npwork, code, narrow, nthreads, "out")
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
         k_a = _win(k, npwork, code, narrow, nthreads, "k")
@@ -400,6 +394,12 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params,
                                                 nthreads, is_f16)
     return _grads(dq, dk, dv, code, narrow, nthreads)
+
+
+cdef inline object _f32_rows(object x, tuple shape):
+    """A row-statistics input (dlse, the forward's lse) as the drivers read it: float32,
+    C-contiguous, `shape` (a dim of 1 broadcasts: expanded here); None stays None."""
+    return None if x is None else _np.ascontiguousarray(_np.broadcast_to(x, shape), _np.float32)
 
 
 cdef inline tuple _grads(object dq, object dk, object dv, str code, bint narrow, int nthreads):

@@ -166,9 +166,12 @@ static inline void fc_pack_k_pairs_bf16(float* const* rows, ptrdiff_t n, ptrdiff
 
 #if defined(__AVX512F__)
 /* keys 2k and 2k + 1 of columns [d0, d0 + 16) as 16 bf16 pairs (bf16-valued floats: the top halves) */
-static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32_t* out) {
+static inline __m512i fc_pair_keys_bf16_v(const float* even, const float* odd) {
     __m512i e = _mm512_loadu_si512(even), o = _mm512_loadu_si512(odd);
-    _mm512_storeu_si512(out, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
+    return _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u)));
+}
+static inline void fc_pair_keys_bf16(const float* even, const float* odd, uint32_t* out) {
+    _mm512_storeu_si512(out, fc_pair_keys_bf16_v(even, odd));
 }
 #endif
 /* V rows (n <= FC_BC keys of D bf16-valued floats) -> Vp [FC_BC / 2][D]: keys 2k and 2k + 1 paired
@@ -284,35 +287,25 @@ static inline void fc_pair_cols_bf16(const float* X, ptrdiff_t ldx, ptrdiff_t nr
 /* X rows [nrows][ldx] of bf16-valued floats -> transposed pairs of rows, out[d * R2 + k] =
  * (X[2k][d], X[2k + 1][d]) for d < D, k < R2 = ceil(nrows / 2) (Qp's layout with D as its rows). */
 static inline void fc_pair_rows_t_bf16(const float* X, ptrdiff_t ldx, ptrdiff_t nrows, ptrdiff_t D, uint32_t* out) {
-    ptrdiff_t R2 = (nrows + 1) / 2, k0 = 0;
+    ptrdiff_t R2 = (nrows + 1) / 2, kv = 0, dv = 0;   /* [0, kv) x [0, dv): done in registers */
 #if defined(__AVX512F__)
     /* 16 pairs of rows x 16 columns at a time: each pair's 16 columns paired in one vector, then
      * the block transposed in registers (element by element these were most of fc_tn_bf16t's
      * time beside the tile products) */
-    for (; k0 + 16 <= nrows / 2; k0 += 16) {
-        ptrdiff_t d0 = 0;
-        for (; d0 + 16 <= D; d0 += 16) {
+    kv = nrows / 2 / 16 * 16;
+    dv = D / 16 * 16;
+    for (ptrdiff_t k0 = 0; k0 < kv; k0 += 16)
+        for (ptrdiff_t d0 = 0; d0 < dv; d0 += 16) {
             __m512 w[16];
-            for (int i = 0; i < 16; i++) {   /* (fc_pair_keys_bf16 in a register) */
-                __m512i e = _mm512_loadu_si512(X + 2 * (k0 + i) * ldx + d0);
-                __m512i o = _mm512_loadu_si512(X + (2 * (k0 + i) + 1) * ldx + d0);
-                w[i] = _mm512_castsi512_ps(_mm512_or_si512(_mm512_srli_epi32(e, 16),
-                                                           _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
-            }
+            for (int i = 0; i < 16; i++)
+                w[i] = _mm512_castsi512_ps(fc_pair_keys_bf16_v(X + 2 * (k0 + i) * ldx + d0,
+                                                               X + (2 * (k0 + i) + 1) * ldx + d0));
             fc_transpose_block(w);
             for (int j = 0; j < 16; j++) _mm512_storeu_ps((float*)(out + (d0 + j) * R2 + k0), w[j]);
         }
-        for (ptrdiff_t k = k0; k < k0 + 16; k++)
-            for (ptrdiff_t d = d0; d < D; d++) {
-                uint32_t a, b;
-                memcpy(&a, X + 2 * k * ldx + d, 4);
-                memcpy(&b, X + (2 * k + 1) * ldx + d, 4);
-                out[d * R2 + k] = (a >> 16) | (b & 0xffff0000u);
-            }
-    }
 #endif
-    for (ptrdiff_t k = k0; k < R2; k++)
-        for (ptrdiff_t d = 0; d < D; d++) {
+    for (ptrdiff_t k = 0; k < R2; k++)
+        for (ptrdiff_t d = k < kv ? dv : 0; d < D; d++) {
             uint32_t a, b = 0;
             memcpy(&a, X + 2 * k * ldx + d, 4);
             if (2 * k + 1 < nrows) memcpy(&b, X + (2 * k + 1) * ldx + d, 4);
