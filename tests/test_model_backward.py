@@ -159,8 +159,9 @@ def test_masked_backward_given_out_and_lse_recomputes_float64():
 @pytest.mark.parametrize("case", ["holes+bias", "softcap+bias", "mqa", "tiles"])
 def test_half_masked_backward_given_out_and_lse_matches_float64(dtype, case):
     """bf16/f16 given the forward's out and lse (key tiles outer where _saved_stats takes them:
-    the float32 loops, bf16 pairs on the tiles or with P exact; the rest recompute), in both
-    round_p modes and every form of the bf16 products: the same float64 bound as without them."""
+    the float32 loops and every form of the bf16 products; f16 on its split words recomputes), in
+    both round_p modes and every form of the bf16 products: the same float64 bound as without
+    them."""
     args, kw = _masked_case(case, dtype)
     q, k, v, do, mask, bias = args
     ref = _ref_masked_case(args, kw, dtype)
@@ -173,6 +174,29 @@ def test_half_masked_backward_given_out_and_lse_matches_float64(dtype, case):
                 assert _rel(g, r) <= TOL[np.dtype(dtype)], (form, rp, name)
             if case == "holes+bias":
                 assert not np.any(got[0][1, :, 5].astype(np.float64))
+
+
+def test_bf16_backward_given_out_and_lse_keeps_its_order_in_every_form():
+    """bf16 given the forward's out and lse runs key tiles outer in every form of its products and
+    both round_p modes (vdpbf16ps with round_p included, whose products read P and dS paired): the
+    same bits at 1 and 2 threads, and not the recomputing order's bits (dQ summed over three key
+    tiles in another order)."""
+    rng = np.random.default_rng(11)
+    q, do = _rand(rng, (1, 4, 96, 64), BF16), _rand(rng, (1, 4, 96, 64), BF16)
+    k, v = _rand(rng, (1, 2, 300, 64), BF16), _rand(rng, (1, 2, 300, 64), BF16)
+    for form in each_bf16_score_form():
+        for rp in (True, False):
+            out, lse = fuel_cy.attention_masked(q, k, v, return_lse=True, round_p=rp)
+            try:
+                fuel_cy.set_num_threads(1)
+                one = fuel_cy.attention_masked_backward(q, k, v, do, out=out, lse=lse, round_p=rp)
+                fuel_cy.set_num_threads(2)
+                two = fuel_cy.attention_masked_backward(q, k, v, do, out=out, lse=lse, round_p=rp)
+            finally:
+                fuel_cy.set_num_threads(0)
+            recomputed = fuel_cy.attention_masked_backward(q, k, v, do, round_p=rp)
+            assert all(a.tobytes() == b.tobytes() for a, b in zip(one, two)), (form, rp)
+            assert any(a.tobytes() != r.tobytes() for a, r in zip(one, recomputed)), (form, rp)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

@@ -628,15 +628,11 @@ cdef object _paged(rnd_t tag, const real_t* q, const real_t* kc, const real_t* v
     fc_interrupt_raise(&it)
 
 
-cdef inline bint _saved_stats(rnd_t tag, const real_t* fwd_out, const float* fwd_lse, bint bf16_pairs,
-                              int round_p) noexcept:
+cdef inline bint _saved_stats(rnd_t tag, const real_t* fwd_out, const float* fwd_lse) noexcept:
     """Whether a backward given the forward's out and lse runs backward_task_saved: float32
-    compute (float32 inputs, and bf16/f16 ones on the float32 loops), bf16 pairs on the tiles,
-    or beside vdpbf16ps scores with P exact; bf16 with round_p on vdpbf16ps (its products on
-    paired P and dS columns, backward_task's rvec) and float64 recompute, as does f16 on its
-    split words (_backward: f16s)."""
-    return (fwd_out != NULL and fwd_lse != NULL and rnd_t is RoundNone and real_t is float
-            and (not bf16_pairs or round_p == 0 or fc_bf16_on_tiles()))
+    compute (float32 inputs, bf16 in every form of its products, f16 on the float32 loops);
+    float64 recomputes, as does f16 on its split words (_backward: f16s)."""
+    return fwd_out != NULL and fwd_lse != NULL and rnd_t is RoundNone and real_t is float
 
 
 cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
@@ -691,7 +687,7 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
             f16s = (fc_f32_all_finite(<const float*>q, nq) and fc_f32_all_finite(<const float*>dout, nq)
                     and fc_f32_all_finite(<const float*>k, nk) and fc_f32_all_finite(<const float*>v, nk))
     o.f16s = f16s
-    cdef bint saved = _saved_stats(tag, fwd_out, fwd_lse, bf16_pairs, round_p) and not f16s
+    cdef bint saved = _saved_stats(tag, fwd_out, fwd_lse) and not f16s
     # f16s: K's and V's split words for the scores (2D words per key), and K's again per key for
     # dQ = dS K, in place of the pairs (kv_pairs' buffer holds the latter)
     cdef bint words = bf16_pairs or f16s
@@ -699,13 +695,15 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     cdef Py_ssize_t per_head = ntiles * sh.D * BC, D2 = 2 * sh.D if f16s else (sh.D + 1) // 2
     cdef Py_ssize_t nkv_total = sh.B * sh.Hkv
     cdef Py_ssize_t chunk = _kv_chunk((5 if f16s else 2) * per_head, sizeof(real_t), nkv_total)
-    o.bwd_rows = fc_bwd_rows_pairs if kv_pairs else fc_bwd_rows
+    # (the saved order's steps touch one key tile's S and dP, not whole rows: its rvec steps
+    # measured fastest at fc_bwd_rows, 1.13-1.30x the recomputing order's at 128 on Zen 4)
+    o.bwd_rows = fc_bwd_rows_pairs if kv_pairs and not saved else fc_bwd_rows
     cdef Py_ssize_t br = o.bwd_rows   # backward_task's scratch, carved for br rows per step
     cdef Py_ssize_t per_thread = 3 * br * sh.D + 5 * br * Skp + 2 * Skp * sh.D + 2 * br * D2
     if saved:   # backward_task_saved's: one key tile's S, dP, tanh and dK, dV accumulators, each row's
         # delta, the step's Q and dO pairs
         per_thread = (3 * br * sh.D + 3 * br * BC + 2 * BC * sh.D + (sh.Hq // sh.Hkv) * sh.Sq
-                      + 2 * br * ((sh.D + 1) // 2))
+                      + 2 * br * ((sh.D + 1) // 2) + (br * BC if kv_pairs else 0))
     cdef int nt = <int>min(nthreads, chunk)
     # one buffer: packed K and V (or their bf16 pairs), then every thread's scratch, 64-byte aligned
     cdef Py_ssize_t packed = 0 if words else _up64(chunk * per_head * sizeof(real_t))
@@ -819,7 +817,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
     cdef real_t* dkg
     cdef real_t* dvg
     cdef real_t* fog
-    cdef bint saved = _saved_stats(tag, fout, flse, bf16_pairs, round_p)
+    cdef bint saved = _saved_stats(tag, fout, flse)
     for b in range(B1 - 1):
         q0, lq = cu_q[b], <Py_ssize_t>cu_q[b + 1] - <Py_ssize_t>cu_q[b]
         k0, lk = cu_k[b], <Py_ssize_t>cu_k[b + 1] - <Py_ssize_t>cu_k[b]

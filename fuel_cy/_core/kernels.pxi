@@ -1287,7 +1287,9 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
     # kpp/vpp (bf16 inputs: _saved_stats) hold K's and V's bf16 pairs per tile, as backward_task
     # takes them: S and dP from fc_qk_dpbf16, dQ += dS K from fc_pv_bf16v (kvp: K's keys paired,
     # on the tiles), and on the tiles dV and dK from fc_tn_bf16t into accumulators held
-    # transposed ([D][BC]).  With round_p, P and dS are rounded to T before those products.
+    # transposed ([D][BC]).  With round_p, P and dS are rounded to T before those products; on
+    # vdpbf16ps without the tiles (rvec, D even: kvp given) all three take backward_task's rvec
+    # forms instead, P and dS rounded as they are paired, dV and dK held transposed too.
     cdef Py_ssize_t D = sh.D, Sq = sh.Sq, Sk = sh.Sk, G = sh.Hq // sh.Hkv
     cdef Py_ssize_t ntiles = ceil_div(Sk, BC), ncs
     cdef Py_ssize_t kvh = kv0 + task
@@ -1306,10 +1308,15 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
     cdef Py_ssize_t D2 = (D + 1) // 2
     cdef unsigned int* Qp = <unsigned int*>(dl + G * Sq)   # br * D2 each: the step's Q and dO as bf16 pairs
     cdef unsigned int* dOp = Qp + br * D2
+    cdef unsigned int* Pt = dOp + br * D2   # (rvec) br/2 * BC words each: a step's P and dS paired by rows
+    cdef unsigned int* dSt = Pt + (br // 2) * BC
     cdef bint tiles = kpp != NULL and fc_bf16_on_tiles()
+    cdef bint rvec = kvp != NULL and not tiles
     cdef int nterms = 1 if o.round_p else 3
-    # dK and dV accumulate [key][D], or [D][BC] (held transposed) on the tiles
-    cdef Py_ssize_t per_key = 1 if tiles else D, per_col = BC if tiles else 1
+    cdef Py_ssize_t R2
+    # dK and dV accumulate [key][D], or [D][BC] (held transposed) on the tiles and under rvec
+    cdef bint transposed = tiles or rvec
+    cdef Py_ssize_t per_key = 1 if transposed else D, per_col = BC if transposed else 1
     cdef real_t* rows[BC]
     cdef real_t* kbase = k + (b * sh.Hkv + hk) * Sk * D
     cdef real_t* kth = ktp + task * ntiles * D * BC
@@ -1431,7 +1438,7 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                                 ds = R(tag, ds * R(tag, 1 - R(tag, trow[j] * trow[j])))
                             dprow[j] = ds
                     if rnd_t is RoundNone and real_t is float:
-                        if o.round_p:   # P and dS rounded to T before the products they enter
+                        if o.round_p and not rvec:   # P and dS rounded to T before the products they enter
                             fc_round_rows_half(srow, 0, 1, ncs, o.round_p == 2)
                             fc_round_rows_half(dprow, 0, 1, ncs, o.round_p == 2)
                     for j in range(ncs, n4):   # keys ncs..n4 are padding rows of dK/dV
@@ -1443,8 +1450,12 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                 # dQ += dS K over this tile's keys, continuing each row's sum in dq
                 if kpp != NULL:
                     if rnd_t is RoundNone and real_t is float:
-                        fc_pv_bf16v(dP, BC, nr4, ncs, kbase + j0 * D, D, rows, D, dQr, D,
-                                    kvp + (task * ntiles + t) * (BC // 2) * D if kvp != NULL else NULL, nterms)
+                        if rvec:   # (Tt is free once dS is done: it holds dS's pairs)
+                            fc_pv_dpbf16_vec(dP, BC, nr4, ncs, kvp + (task * ntiles + t) * (BC // 2) * D, D, dQr, D,
+                                             <unsigned int*>Tt, False)
+                        else:
+                            fc_pv_bf16v(dP, BC, nr4, ncs, kbase + j0 * D, D, rows, D, dQr, D,
+                                        kvp + (task * ntiles + t) * (BC // 2) * D if kvp != NULL else NULL, nterms)
                 else:
                     pv_accum_contig(tag, dP, BC, nr4, ncs, kbase + j0 * D, D, rows, D, dQr, D)
                 if dQr == dQa:
@@ -1454,6 +1465,16 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                 if rnd_t is RoundNone and real_t is float and tiles:
                     fc_tn_bf16t(S, BC, nr, n4, dOr, D, D, dVa, BC, Qp, nterms)
                     fc_tn_bf16t(dP, BC, nr, n4, Qr, D, D, dKa, BC, Qp, nterms)
+                elif rnd_t is RoundNone and real_t is float and rvec:
+                    # dV^T += dO^T P and dK^T += Q^T dS as score products over the step's rows in
+                    # pairs: dO^T's and Q^T's pairs in Qp and dOp, P's and dS's in Pt and dSt
+                    R2 = (nr + 1) // 2
+                    fc_pair_rows_t_bf16(dOr, D, nr, D, Qp)
+                    fc_pair_rows_t_bf16(Qr, D, nr, D, dOp)
+                    fc_pair_cols_bf16(S, BC, nr, ncs, Pt)
+                    fc_pair_cols_bf16(dP, BC, nr, ncs, dSt)
+                    fc_qk_dpbf16_part(Qp, 0, D, R2, 0, Pt, dVa, BC, 0, ncs, 1)
+                    fc_qk_dpbf16_part(dOp, 0, D, R2, 0, dSt, dKa, BC, 0, ncs, 1)
                 elif rnd_t is RoundNone and real_t is float:
                     fc_gemm_tn_f32(S, BC, n4, nr, dOr, D, D, dVa, D)
                     fc_gemm_tn_f32(dP, BC, n4, nr, Qr, D, D, dKa, D)
