@@ -701,7 +701,7 @@ cdef object _backward(rnd_t tag, const real_t* q, const real_t* k, const real_t*
     cdef Py_ssize_t br = o.bwd_rows   # backward_task's scratch, carved for br rows per step
     cdef Py_ssize_t per_thread = 3 * br * sh.D + 5 * br * Skp + 2 * Skp * sh.D + 2 * br * D2
     if saved:   # backward_task_saved's: one key tile's S, dP, tanh and dK, dV accumulators, each row's
-        # delta, the step's Q and dO pairs
+        # delta, the step's Q and dO pairs (and, kv_pairs, its P and dS pairs)
         per_thread = (3 * br * sh.D + 3 * br * BC + 2 * BC * sh.D + (sh.Hq // sh.Hkv) * sh.Sq
                       + 2 * br * ((sh.D + 1) // 2) + (br * BC if kv_pairs else 0))
     cdef int nt = <int>min(nthreads, chunk)

@@ -49,7 +49,8 @@ static int fc_gemm_block = FC_GEMM_BLOCK_NARROW;
 static int fc_bwd_rows = 64;
 
 /* The same where all five products of the step run on vdpbf16ps (round_p's bf16 backward, D even,
- * no tiles), in the recomputing order (the saved order, backward_task_saved, takes fc_bwd_rows): dV^T += dO^T P and dK^T += Q^T dS then contract over the step's rows in pairs, so a
+ * no tiles), in the recomputing order (the saved order, backward_task_saved, takes fc_bwd_rows):
+ * dV^T += dO^T P and dK^T += Q^T dS then contract over the step's rows in pairs, so a
  * 32-row step adds only 16 pairs to each accumulator it reads and writes back, at twice the f32
  * rate.  On Zen 4 128 rows were 1.16-1.36x faster than 32 (S=2048 D=128, S=1024 D=64, causal and
  * not; 64 rows 1.07-1.09x) although a step's S and dP (2 MB at Sk = 2048) then outgrow L2; the
