@@ -35,8 +35,10 @@ static int fc_pv_form = FC_PV_BY_STRIDE;
  * FMAs where 8 x 2 loads 2 and broadcasts 8 for 16, and it reads Q (P) once per 4 vectors of
  * columns instead of once per 2.  On the AMX Xeon of family 6 model 167 the f32 flash ran 4-12%
  * faster (S=512-4096, D=64 and 128), the f64 flash 4-6% (its scores alone wide), the f32 and f64
- * backward 4-5% (benchmarks/results/forms/intel-xeon-model167.json); Zen 4 is unmeasured in it
- * and keeps 8 x 2.  Each output is the same sequential sum over the contraction either way. */
+ * backward 4-5% (benchmarks/results/forms/intel-xeon-model167.json).  On Zen 4 the wide block
+ * ran 0.98-1.02x the narrow one's time (flash f32 and f64, backward f32, S=2048; two runs,
+ * benchmarks/results/forms/amd-epyc-gemm-block.json): no gain, so it keeps 8 x 2.  Each output is
+ * the same sequential sum over the contraction either way. */
 enum { FC_GEMM_BLOCK_NARROW = 0, FC_GEMM_BLOCK_WIDE = 1 };
 static int fc_gemm_block = FC_GEMM_BLOCK_NARROW;
 
