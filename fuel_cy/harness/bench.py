@@ -209,7 +209,8 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     rows += _threads_rows(rng, quick, progress)
     rows += _per_call_rows(torch, rng, progress)
     progress("measuring the arithmetic peaks again")
-    peaks = {kind: max(v, peak_gflops().get(kind, v)) for kind, v in peaks.items()}
+    again = peak_gflops()
+    peaks = {kind: max(v, again.get(kind, v)) for kind, v in peaks.items()}
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
               "gemm_gflops": gemm, "peak_gflops": peaks, "copy_gbps": copy_rate, "quick": quick, "torch": getattr(torch, "__version__", None),
               "rows": rows}
