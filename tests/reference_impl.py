@@ -110,15 +110,36 @@ def largest_row_max(q, k, alibi=None, scale=None, causal=False, left=None, right
     return top
 
 
+def lse(q, k, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None, k_len=None):
+    """[B, Hq, Sq]: each row's log Σ_j exp(s_j) over its admissible keys; +inf where it has none."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    b_, hq, sq, d = q.shape
+    group = hq // k.shape[1]
+    scale, softcap = _params(d, scale, softcap)
+    out = np.full((b_, hq, sq), np.inf)
+    for b in range(b_):
+        for h in range(hq):
+            slope = None if alibi is None else float(alibi[h])
+            s, ok, _ = _head_scores(q[b, h], k[b, h // group], scale, causal, left, right, softcap, k_len, slope)
+            for i in range(sq):
+                if ok[i].any():
+                    m = s[i][ok[i]].max()
+                    out[b, h, i] = m + np.log(np.exp(s[i][ok[i]] - m).sum())
+    return out
+
+
 def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right=None, softcap=None,
-             round_to=None):
-    """round_to (round_p): P and dS rounded to that type before the products they enter."""
+             round_to=None, dlse=None, out=None):
+    """round_to (round_p): P and dS rounded to that type before the products they enter.  dlse
+    ([B, Hq, Sq], broadcast): the gradient of the forward's lse too, dS = P (dP - rowsum(P dP) + dlse).
+    out: the forward's output as a backward given it reads it (in its type): rowsum(P dP) = dO . O."""
     q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, do))
     rnd = (lambda x: x.astype(round_to).astype(np.float64)) if round_to is not None else (lambda x: x)
     b_, hq, sq, d = q.shape
     group = hq // k.shape[1]
     scale, softcap = _params(d, scale, softcap)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    g_lse = np.zeros((b_, hq, sq)) if dlse is None else np.broadcast_to(np.asarray(dlse, np.float64), (b_, hq, sq))
     for b in range(b_):
         for h in range(hq):
             hk = h // group
@@ -126,7 +147,11 @@ def backward(q, k, v, do, alibi=None, scale=None, causal=False, left=None, right
             p, s_pre = _head_probs(q[b, h], k[b, hk], scale, causal, left, right, softcap, None, slope)
             dv[b, hk] += rnd(p).T @ do[b, h]
             dp = do[b, h] @ v[b, hk].T
-            ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+            if out is None:
+                delta = (p * dp).sum(axis=1, keepdims=True)
+            else:
+                delta = (do[b, h] * np.asarray(out[b, h], np.float64)).sum(axis=1, keepdims=True)
+            ds = p * (dp - delta + g_lse[b, h][:, None])
             if softcap is not None:
                 ds *= 1 - np.tanh(s_pre / softcap) ** 2
             ds = rnd(ds)

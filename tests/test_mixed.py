@@ -14,6 +14,7 @@ from inputs import attention_inputs
 from measures import bits as _bits
 from measures import rel as _rel
 from measures import near_in_another_f32_order, peak_bytes_in_fresh_thread
+from conftest import each_bf16_score_form
 
 from fuel_cy.runtime.cpu import core
 
@@ -111,6 +112,110 @@ def test_backward_mixed_matches_float64_reference_and_the_rounded_f32_kernel(cas
             assert np.max(np.abs(np.asarray(got, np.float64) - ref32)) <= 2.0 ** -7 * np.max(np.abs(ref32))
     else:
         assert _bits(grads) == _bits(tuple(g.astype(dtype) for g in f32))
+
+
+# the forward's lse: float32 rounding of scores the size of these (|s| < ~40), and +inf exactly
+LSE_ABS = 2e-4
+
+
+def _ref_kw(params):
+    return dict(causal=params.get("causal", False), left=params.get("window_size_left"),
+                right=params.get("window_size_right"), softcap=params.get("softcap"))
+
+
+@pytest.mark.parametrize("code,dtype,bound", HALF, ids=IDS)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_flash_mixed_returns_the_float64_lse_and_the_same_out(case, code, dtype, bound):
+    """return_lse: lse [B, Hq, Sq] float32 is each row's log-sum-exp of its admissible scores
+    (softcap, ALiBi in the founding form, windows, k_len), +inf for a row with none, in both
+    round_p modes and every form of the bf16 products; the output keeps its bits."""
+    _, b, hq, hkv, sq, sk, d, params, alibi = case
+    q, k, v, slopes = attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed=3)
+    want = ref.lse(q, k, slopes, k_len=params.get("k_len"), **_ref_kw(params))
+    for form in (each_bf16_score_form() if code == "BF16" else [None]):
+        for rp in (False, True):
+            out, lse = fuel_cy.attention_flash_mixed(q, k, v, slopes, round_p=rp, return_lse=True, **params)
+            assert lse.dtype == np.float32 and lse.shape == (b, hq, sq) and lse.flags.c_contiguous
+            assert _bits(out) == _bits(fuel_cy.attention_flash_mixed(q, k, v, slopes, round_p=rp, **params))
+            assert np.array_equal(np.isinf(lse), np.isinf(want)) and np.all(lse[np.isinf(lse)] > 0), (form, rp)
+            finite = np.isfinite(want)
+            assert np.max(np.abs(lse[finite] - want[finite]), initial=0.0) <= LSE_ABS, (form, rp)
+
+
+def test_flash_mixed_lse_of_a_decode_step_reads_k_and_v_in_place():
+    """A decode step (Sq = 1, K and V read in their 16-bit storage) returns its lse too."""
+    for dtype in (ml_dtypes.bfloat16, np.float16):
+        q, k, v, slopes = attention_inputs(3, 8, 2, 1, 300, 64, dtype, True, seed=8)
+        out, lse = fuel_cy.attention_flash_mixed(q, k, v, slopes, return_lse=True)
+        assert _bits(out) == _bits(fuel_cy.attention_flash_mixed(q, k, v, slopes))
+        assert np.max(np.abs(lse - ref.lse(q, k, slopes))) <= LSE_ABS
+
+
+# the backward's cases: no k_len (the backward takes the sliced keys), and rows no key admits
+SAVED_CASES = [c for c in CASES[:4]] + [("masked rows", 1, 2, 1, 40, 30, 8,
+                                          {"window_size_left": 0, "window_size_right": 0}, False)]
+
+
+@pytest.mark.parametrize("code,dtype,bound", HALF, ids=IDS)
+@pytest.mark.parametrize("case", SAVED_CASES, ids=[c[0] for c in SAVED_CASES])
+def test_backward_mixed_given_the_forwards_out_and_lse_matches_float64(case, code, dtype, bound):
+    """Given attention_flash_mixed's out and lse (return_lse=True, same round_p): key tiles outer
+    where the contract says, the same float64 bound as the recomputing backward in every form of
+    the bf16 products, with and without dlse; a row no key admits gets a zero dq row; no input
+    is modified."""
+    _, b, hq, hkv, sq, sk, d, params, alibi = case
+    q, k, v, do, slopes = attention_inputs(b, hq, hkv, sq, sk, d, dtype, alibi, seed=4, with_do=True)
+    dlse = np.random.default_rng(2).standard_normal((b, hq, 1)).astype(np.float32)
+    for form in (each_bf16_score_form() if code == "BF16" else [None]):
+        for rp in (False, True):
+            out, lse = fuel_cy.attention_flash_mixed(q, k, v, slopes, round_p=rp, return_lse=True, **params)
+            inputs = [x for x in (q, k, v, do, slopes, out, lse, dlse) if x is not None]
+            before = [_bits(x) for x in inputs]
+            for g_lse in (None, dlse):
+                got = fuel_cy.attention_flash_backward_mixed(q, k, v, do, slopes, dlse=g_lse, out=out, lse=lse,
+                                                             round_p=rp, **params)
+                want = ref.backward(q, k, v, do, slopes, round_to=dtype if rp else None, dlse=g_lse,
+                                    **_ref_kw(params))
+                for name, g, w, like in zip(("dq", "dk", "dv"), got, want, (q, k, v)):
+                    assert g.dtype == dtype and g.shape == like.shape
+                    assert _rel(g, w) <= bound, (form, rp, g_lse is not None, name)
+                if case[0] == "masked rows":   # rows 30..39 see no key
+                    assert not np.any(np.asarray(got[0][:, :, 30:], np.float64))
+            assert [_bits(x) for x in inputs] == before
+
+
+def test_backward_mixed_given_out_and_lse_runs_its_own_order_at_every_thread_count():
+    """bf16 given the forward's statistics runs key tiles outer in every form of its products
+    and both round_p modes: the same bits at 1 and 2 threads, and not the recomputing order's
+    (dQ summed over three key tiles in another order)."""
+    q, k, v, do, slopes = attention_inputs(1, 4, 2, 96, 300, 64, ml_dtypes.bfloat16, True, seed=12, with_do=True)
+    for form in each_bf16_score_form():
+        for rp in (True, False):
+            out, lse = fuel_cy.attention_flash_mixed(q, k, v, slopes, round_p=rp, return_lse=True)
+            runs = []
+            try:
+                for threads in (1, 2):
+                    fuel_cy.set_num_threads(threads)
+                    runs.append(fuel_cy.attention_flash_backward_mixed(q, k, v, do, slopes, out=out, lse=lse,
+                                                                       round_p=rp))
+            finally:
+                fuel_cy.set_num_threads(0)
+            recomputed = fuel_cy.attention_flash_backward_mixed(q, k, v, do, slopes, round_p=rp)
+            assert _bits(runs[0]) == _bits(runs[1]), (form, rp)
+            assert any(_bits(a) != _bits(r) for a, r in zip(runs[0], recomputed)), (form, rp)
+
+
+def test_backward_mixed_refuses_out_without_lse_and_a_wrong_lse():
+    q, k, v, do, _ = attention_inputs(1, 4, 2, 16, 16, 8, np.float16, False, seed=1, with_do=True)
+    out, lse = fuel_cy.attention_flash_mixed(q, k, v, return_lse=True)
+    with pytest.raises(fuel_cy.InputError) as e:
+        fuel_cy.attention_flash_backward_mixed(q, k, v, do, out=out)
+    assert "attention_flash_backward_mixed" in str(e.value) and "both or neither" in str(e.value)
+    with pytest.raises(fuel_cy.InputError) as e:
+        fuel_cy.attention_flash_backward_mixed(q, k, v, do, out=out, lse=lse[:, :3])
+    assert "attention_flash_backward_mixed: input 'lse'" in str(e.value)
+    with pytest.raises(fuel_cy.InputError):
+        fuel_cy.attention_flash_backward_mixed(q, k, v, do, out=out.astype(np.float32), lse=lse)
 
 
 def _paged_problem(dtype, seed=5, b=3, hq=8, hkv=2, sq=1, d=40, bs=16, nblocks=40, lens=(200, 1, 77), alibi=True):

@@ -215,6 +215,10 @@ def _backward_call(name, q, k, v, do, causal, **kw):
         return fuel_cy.attention_masked_backward(q, k, v, do, None, None, softmax_scale=scale, causal=causal, **kw)
     if name == "attention_flash_backward_mixed":
         return fuel_cy.attention_flash_backward_mixed(q, k, v, do, softmax_scale=scale, causal=causal, **kw)
+    if name == "attention_flash_backward_mixed+saved":   # given the forward's out and lse: key tiles outer
+        out, lse = fuel_cy.attention_flash_mixed(q, k, v, softmax_scale=scale, causal=causal, return_lse=True, **kw)
+        return fuel_cy.attention_flash_backward_mixed(q, k, v, do, out=out, lse=lse, softmax_scale=scale,
+                                                      causal=causal, **kw)
     packed = [np.ascontiguousarray(x[0].transpose(1, 0, 2)) for x in (q, k, v, do)]
     cu = np.array([0, q.shape[2]], np.uint32)
     grads = fuel_cy.attention_varlen_backward(*packed, cu, cu, softmax_scale=scale, causal=causal, **kw)
@@ -223,19 +227,28 @@ def _backward_call(name, q, k, v, do, causal, **kw):
 
 @pytest.mark.parametrize("tname", TYPES)
 @pytest.mark.parametrize("name", ["attention_masked_backward", "attention_varlen_backward",
-                                  "attention_flash_backward_mixed"])
+                                  "attention_flash_backward_mixed", "attention_flash_backward_mixed+saved"])
 @pytest.mark.parametrize("hq,hkv,s,d", SHAPES)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_backward_round_p_is_the_rounded_reference(tname, name, hq, hkv, s, d, causal):
     """P (from the row's final statistics) and dS rounded to T before dV = P^T dO, dK = dS^T Q
     and dQ = dS K; in every product form (vdpbf16ps for all five products at an even D; f16's
-    split words on the tile forms)."""
+    split words on the tile forms).  Given the forward's out and lse (+saved), rowsum(P dP) is
+    dO . O of that out, rounded to T as the forward returned it: so is the reference's (except
+    f16's split words on the tile forms, which recompute rowsum(P dP), as the contract says)."""
     T = TYPES[tname]
     q, k, v, do, _ = attention_inputs(1, hq, hkv, s, s, d, T, False, seed=s * d, with_do=True)
     scale = 1 / np.sqrt(d)
     rounded = ref.backward(q, k, v, do, scale=scale, causal=causal, round_to=T)
     exact = ref.backward(q, k, v, do, scale=scale, causal=causal)
     for form in (each_bf16_score_form() if core()._TEST_HAVE_DPBF16 else [None]):
+        if name.endswith("+saved"):
+            outs = [fuel_cy.attention_flash_mixed(q, k, v, softmax_scale=scale, causal=causal, round_p=rp)
+                    for rp in (True, False)]
+            splits = tname == "f16" and form not in (None, "vdpbf16ps")
+            rounded = ref.backward(q, k, v, do, scale=scale, causal=causal, round_to=T,
+                                   out=None if splits else outs[0])
+            exact = ref.backward(q, k, v, do, scale=scale, causal=causal, out=outs[1])
         got = _backward_call(name, q, k, v, do, causal, round_p=True)
         got_exact = _backward_call(name, q, k, v, do, causal, round_p=False)
         for g, gx, want, want_x, wrt in zip(got, got_exact, rounded, exact, ("dq", "dk", "dv")):

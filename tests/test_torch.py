@@ -168,9 +168,11 @@ def test_an_eager_call_without_gradient_goes_straight_to_the_kernel(dtype):
     assert not _dispatched(lambda: direct(q, k, v, causal=True))
     assert not _dispatched(lambda: direct(q=q, k=k, v=v, causal=True))   # inputs by keyword
     assert _dispatched(lambda: op(q, k, v, causal=True))
-    # the same kernel either way: the same bits
+    # the same kernel either way: the same bits (the mixed op returns its lse too, empty unless asked)
+    raw = op(q, k, v, causal=True)
+    raw = raw[0] if isinstance(raw, tuple) else raw
     assert torch.equal(direct(q, k, v, causal=True).view(torch.int16 if dtype == torch.bfloat16 else dtype),
-                       op(q, k, v, causal=True).view(torch.int16 if dtype == torch.bfloat16 else dtype))
+                       raw.view(torch.int16 if dtype == torch.bfloat16 else dtype))
     # a tensor that requires grad goes through the op (autograd records it), unless grad is off
     qg = q.clone().requires_grad_()
     assert _dispatched(lambda: direct(qg, k, v))
@@ -307,6 +309,36 @@ def test_mixed_forward_and_backward_equal_float32_sdpa_on_the_same_values(dtype)
     expected.backward(g.float())
     for a, b in zip(ours, theirs):
         assert a.grad.dtype == dtype and rel(a.grad, b.grad) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_mixed_autograd_with_return_lse_hands_the_backward_out_and_lse(dtype):
+    """attention_flash_mixed(return_lse=True) under autograd: the backward gets the forward's
+    out and lse (the direct call's bits given them) and the lse's gradient as dlse; the
+    gradients stay within the bound of float32 SDPA on the same values, through out and lse."""
+    ours = qkv(1, 4, 2, 40, 200, 32, dtype)
+    theirs = [t.detach().float().requires_grad_() for t in ours]
+    gen = torch.Generator().manual_seed(2)
+    g, g_lse = torch.randn(1, 4, 40, 32, generator=gen).to(dtype), torch.randn(1, 4, 40, generator=gen)
+    out, lse = ft.attention_flash_mixed(*ours, causal=True, round_p=True, return_lse=True)
+    got = torch.autograd.grad((out, lse), ours, (g, g_lse))
+    def n(t: torch.Tensor) -> np.ndarray:   # the tensor's memory as numpy (bf16 as ml_dtypes')
+        t = t.detach()
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+
+    want = fuel_cy.attention_flash_backward_mixed(*map(n, ours), n(g), dlse=n(g_lse), out=n(out), lse=n(lse),
+                                                  causal=True, round_p=True)
+    for a, w in zip(got, want):
+        assert a.dtype == dtype and n(a).tobytes() == w.tobytes()
+    scale = 1 / 32 ** 0.5
+    s = (theirs[0] @ theirs[1].repeat_interleave(2, 1).transpose(-1, -2)) * scale
+    s = s.masked_fill(~torch.ones(40, 200, dtype=torch.bool).tril(), -torch.inf)
+    ref_out = torch.softmax(s, -1) @ theirs[2].repeat_interleave(2, 1)
+    ref_lse = torch.logsumexp(s, -1)
+    assert rel(out, ref_out) < 1e-2 and float((lse - ref_lse).abs().max()) < 1e-3
+    expected = torch.autograd.grad((ref_out, ref_lse), theirs, (g.float(), g_lse))
+    for a, b in zip(got, expected):
+        assert rel(a, b) < 2e-2
 
 
 # ---- paged (forward only) ---------------------------------------------------------------------

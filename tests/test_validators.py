@@ -9,7 +9,9 @@ import fuel_cy
 from measures import bits
 from fuel_cy.contract import expr, load_contracts
 from fuel_cy.runtime._validation import NUMPY_DTYPES
+from fuel_cy.codegen.cores import BINDINGS
 from fuel_cy.codegen.view import LAYOUT_ORDER
+from fuel_cy.runtime import _prose_checks
 
 from conftest import ROOT, input_error_of
 
@@ -80,8 +82,10 @@ def _first_failing_clause(spec, arr) -> str | None:
     return None
 
 
-# optional inputs the contract's prose says come together (the forward's out and lse)
-PAIRED_INPUTS = {(kernel, name): other for kernel in ("attention_varlen_backward", "attention_masked_backward")
+# optional inputs the contract's prose says come together (the forward's out and lse): the
+# kernels whose driver has that rule
+PAIRED_INPUTS = {(kernel, name): other for kernel, binding in BINDINGS.items()
+                 if _prose_checks._out_with_lse in _prose_checks.RULES.get(binding.driver.name, [])
                  for name, other in (("out", "lse"), ("lse", "out"))}
 
 

@@ -49,17 +49,20 @@ cdef object drive_attention_flash_half(RoundNone tag, const float* q, const floa
                                        dict params, int nthreads, int is_f16,
                                        const unsigned short* k16=NULL, const unsigned short* v16=NULL,
                                        const unsigned short* q_h16=NULL, const unsigned short* k_h16=NULL,
-                                       const unsigned short* v_h16=NULL, unsigned short* out_h16=NULL):
+                                       const unsigned short* v_h16=NULL, unsigned short* out_h16=NULL,
+                                       float* lse=NULL):
     """Flash attention on bf16/f16 inputs (widened exactly) under float32 compute.  Where the CPU
     level has AVX512-BF16, bf16 scores are vdpbf16ps dot products of the bf16 values (fc_qk_dpbf16),
     or AMX tile sums where the CPU has AMX-BF16, P V then on the tiles too (fc_pv_h16v);
     otherwise, and for f16, the float32 loops.  k16, v16 (k and v NULL): a decode step (Sq == 1)
     reading K and V in their 16-bit storage, C-contiguous, widened in registers (no copy).
     q_h16, k_h16, v_h16, out_h16 (q, k, out NULL, v NULL with v_h16): Q and K read in their
-    16-bit storage, V too where _pairs16_v, the output rounded into its T array (_forward)."""
+    16-bit storage, V too where _pairs16_v, the output rounded into its T array (_forward).
+    lse: [B, Hq, Sq] float32 filled with +inf, written with each row's log-sum-exp, or NULL."""
+    cdef Py_ssize_t sq = dims[3]
     _forward(tag, q, k, v, slopes, out, dims, params, nthreads, False,
              bool(FC_HAVE_DPBF16) and not is_f16 and k16 == NULL, 0, NULL, <const float*>NULL, None, False, NULL,
-             NULL, 0, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16), q_h16, k_h16, v_h16, out_h16)
+             lse, sq, k16, v16, is_f16, NULL, 0, _round_p(params, is_f16), q_h16, k_h16, v_h16, out_h16)
 
 
 # ---- paged decode over a block table ------------------------------------------------------------
@@ -96,15 +99,19 @@ cdef object drive_attention_flash_backward(rnd_t tag, const real_t* q, const rea
 
 
 cdef object drive_attention_flash_backward_half(RoundNone tag, const float* q, const float* k, const float* v,
-                                                const float* dout, const float* slopes,
+                                                const float* dout, const float* slopes, const float* dlse,
+                                                const float* fwd_out, const float* fwd_lse,
                                                 float* dq, float* dk, float* dv,
                                                 tuple dims, dict params, int nthreads, int is_f16):
     """The backward on bf16/f16 inputs (widened exactly) under float32 compute: with AVX512-BF16,
     bf16 S = Q K^T and dP = dO V^T are vdpbf16ps dot products and the three products with P and dS
     (float32 values) float32 FMAs; where the CPU has AMX-BF16, all five run on the tiles (P and dS
-    split into three exact bf16 terms: fc_amx.h)."""
+    split into three exact bf16 terms: fc_amx.h).  dlse: the gradient of the forward's lse,
+    [B, Hq, Sq] C-contiguous float32, or NULL (zero); fwd_out (widened, as dout) and fwd_lse
+    ([B, Hq, Sq] C-contiguous float32), both or NULL, taken where _saved_stats says."""
+    cdef Py_ssize_t sq = dims[3]
     _backward(tag, q, k, v, dout, slopes, dq, dk, dv, dims, params, nthreads, bool(FC_HAVE_DPBF16) and not is_f16,
-              0, False, NULL, NULL, None, NULL, 0, _round_p(params, is_f16))
+              0, False, NULL, NULL, None, dlse, sq, _round_p(params, is_f16), fwd_out, fwd_lse, sq)
 
 
 # ---- packed variable-length sequences (flash-attn's varlen layout, bottom-right masks) -----------

@@ -150,6 +150,10 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     cdef bint pairs16 = (halfdrv and driver == _DRV_FLASH_HALF and not decode16 and real_t is float
                          and rnd_t is RoundNone)
     cdef bint vpairs16 = pairs16 and _v_in_storage(is_f16, params, ins)
+    # the half flash's log-sum-exp [B, Hq, Sq] when asked (the mixed contract's `when:
+    # return_lse`), +inf where a row has nothing admissible
+    lse = (_np.full((_dim(ins[0], 0), _dim(ins[0], 1), _dim(ins[0], 2)), _np.inf, _np.float32)
+           if driver == _DRV_FLASH_HALF and params.get("return_lse") else None)
     if pairs16:
         q, k, v, s = ins
         h = _half_typenum(code)
@@ -161,8 +165,8 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                        NULL, dims, params, nthreads, is_f16, NULL, NULL,
                                        <const unsigned short*>_ptr(q, h), <const unsigned short*>_ptr(k, h),
                                        <const unsigned short*>_ptr(v, h) if vpairs16 else NULL,
-                                       <unsigned short*>_ptr(res, h))
-        return res
+                                       <unsigned short*>_ptr(res, h), <float*>_ptr(lse, cnp.NPY_FLOAT32))
+        return (res, lse) if lse is not None else res
     if driver <= _DRV_FLASH_HALF:
         q, k, v, s = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
@@ -185,12 +189,15 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                     drive_attention_flash_half(tag, <const float*>_ptr(q_a, tn), NULL, NULL,
                                                <const float*>_ptr(s_a, tn), <float*>_ptr(out, tn), dims, params,
                                                nthreads, is_f16, <const unsigned short*>_ptr(k, h),
-                                               <const unsigned short*>_ptr(v, h))
+                                               <const unsigned short*>_ptr(v, h), NULL, NULL, NULL, NULL,
+                                               <float*>_ptr(lse, cnp.NPY_FLOAT32))
                 else:
                     drive_attention_flash_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
                                                <const float*>_ptr(v_a, tn), <const float*>_ptr(s_a, tn),
-                                               <float*>_ptr(out, tn), dims, params, nthreads, is_f16)
-        return _from_work(out, code, nthreads) if narrow else out
+                                               <float*>_ptr(out, tn), dims, params, nthreads, is_f16, NULL, NULL,
+                                               NULL, NULL, NULL, NULL, <float*>_ptr(lse, cnp.NPY_FLOAT32))
+        result = _from_work(out, code, nthreads) if narrow else out
+        return (result, lse) if lse is not None else result
     if driver <= _DRV_PAGED_HALF:
         q, kc, vc, table, lens, s = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
@@ -372,7 +379,15 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                 return (out, lse) if lse is not None else out
         result = _from_work(out, code, nthreads) if narrow else out
         return (result, lse) if lse is not None else result
-    q, k, v, do, s = ins
+    # the founding backward takes (q, k, v, do_grad, alibi_slopes); the mixed one's half driver
+    # also the forward's lse gradient, out and lse (cores.py BACKWARD_HALF)
+    q, k, v, do, s = ins[:5]
+    dlse = fout = flse = None
+    if driver == _DRV_BACKWARD_HALF:
+        dlse, fout, flse = ins[5:]
+        dlse = _f32_rows(dlse, (_dim(q, 0), _dim(q, 1), _dim(q, 2)))   # [B, Hq, Sq]
+        flse = _f32_rows(flse, (_dim(q, 0), _dim(q, 1), _dim(q, 2)))
+    fo_a = _win(fout, npwork, code, narrow, nthreads, "out")
     q_a = _win(q, npwork, code, narrow, nthreads, "q")
     k_a = _win(k, npwork, code, narrow, nthreads, "k")
     v_a = _win(v, npwork, code, narrow, nthreads, "v")
@@ -390,7 +405,9 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         if rnd_t is RoundNone and real_t is float:
             drive_attention_flash_backward_half(tag, <const float*>_ptr(q_a, tn), <const float*>_ptr(k_a, tn),
                                                 <const float*>_ptr(v_a, tn), <const float*>_ptr(do_a, tn),
-                                                <const float*>_ptr(s_a, tn), <float*>_ptr(dq, tn),
+                                                <const float*>_ptr(s_a, tn), <const float*>_ptr(dlse, cnp.NPY_FLOAT32),
+                                                <const float*>_ptr(fo_a, tn), <const float*>_ptr(flse, cnp.NPY_FLOAT32),
+                                                <float*>_ptr(dq, tn),
                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params,
                                                 nthreads, is_f16)
     return _grads(dq, dk, dv, code, narrow, nthreads)

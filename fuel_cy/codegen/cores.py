@@ -55,6 +55,15 @@ BACKWARD = Driver("attention_flash_backward", FORWARD_DIMS,
                    _SLOPES),
                   ("dq", "dk", "dv"), ("softmax_scale",))
 
+# fuel_cy's mixed flash and its backward (contracts/fuel-cy-mixed.md) take bf16/f16 only, so they
+# bind to the half drivers alone: the founding FLASH and BACKWARD above are the founding
+# contract's signatures, which cannot grow the forward's lse or the backward's dlse, out and lse
+FLASH_HALF = Driver("attention_flash_half", FORWARD_DIMS, FORWARD_INPUTS, ("out", "lse"), ("softmax_scale",))
+BACKWARD_HALF = Driver("attention_flash_backward_half", FORWARD_DIMS,
+                       (*BACKWARD.inputs, DriverInput("dlse", "F32", optional=True),
+                        DriverInput("out", "T", optional=True), DriverInput("lse", "F32", optional=True)),
+                       ("dq", "dk", "dv"), ("softmax_scale",))
+
 # the varlen drivers' index arrays: uint32, or int32 as flash-attn and torch make them (the entry
 # hands a validated int32 array's data to the drivers as the uint32 it equals: entries.pxi)
 INDEX = "U32|I32"
@@ -112,12 +121,13 @@ BINDINGS: Mapping[str, CoreBinding] = {
     # larger than the blocks a call reads)
     "attention_paged_naive": CoreBinding(PAGED, half_driver="attention_paged_half", half_storage=("k_cache", "v_cache")),
     "attention_flash_backward": CoreBinding(BACKWARD),
-    # fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): the same drivers, run under
-    # the float32 policy (precision.compute: f32)
+    # fuel_cy's mixed-precision kernels (contracts/fuel-cy-mixed.md): the founding kernels' loops,
+    # run under the float32 policy (precision.compute: f32); the flash and its backward through
+    # the half drivers' own signatures (lse, and the backward's dlse, out and lse)
     # bf16 scores by vdpbf16ps where the CPU level has AVX512-BF16, AMX tiles where the CPU has them
-    "attention_flash_mixed": CoreBinding(FLASH, half_driver="attention_flash_half"),
+    "attention_flash_mixed": CoreBinding(FLASH_HALF, half_driver="attention_flash_half"),
     "attention_paged_mixed": CoreBinding(PAGED, half_driver="attention_paged_half", half_storage=("k_cache", "v_cache")),
-    "attention_flash_backward_mixed": CoreBinding(BACKWARD, half_driver="attention_flash_backward_half"),
+    "attention_flash_backward_mixed": CoreBinding(BACKWARD_HALF, half_driver="attention_flash_backward_half"),
     # the model-facing kernels (contracts/fuel-cy-model.md): f32/f64 in their own type, bf16/f16
     # under the float32 policy with the bf16 scores of attention_flash_half
     # bf16/f16 q, k and v in their storage: each sequence's keys are gathered as it runs (a paged

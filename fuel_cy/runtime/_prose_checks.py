@@ -5,7 +5,7 @@
 - varlen: cu_seqlens_q / cu_seqlens_k are B + 1 offsets from 0, non-decreasing, ending at the
   packed row counts of q and k (k's paged, with block_table: a table row holds each sequence);
   int32 index arrays hold no negative value where they are read.
-- the model-facing backwards: the forward's out and lse, both or neither.
+- the model-facing and mixed backwards: the forward's out and lse, both or neither.
 - paged: "physical block index bounds-checked against num_blocks" for every block a sequence
   reads, and context_lens[b] may not exceed the table's capacity (max_blocks_per_seq * block_size).
   These run with the GIL, before any compute, so the nogil core never reads out of bounds.
@@ -156,6 +156,8 @@ RULES: dict[str, list[Callable[..., None]]] = {
     "attention_flash": [_softcap, _k_len],
     "attention_paged_naive": [_softcap, _paged],
     "attention_flash_backward": [_softcap],
+    "attention_flash_half": [_softcap, _k_len],
+    "attention_flash_backward_half": [_softcap, _out_with_lse],
     "attention_varlen": [_softcap, _cu_seqlens],
     "attention_masked": [_softcap],
     "attention_varlen_backward": [_softcap, _cu_seqlens, _out_with_lse],
