@@ -264,11 +264,16 @@ def _dispatch_needed() -> bool:
     return bool(torch.compiler.is_compiling() or torch.jit.is_tracing() or torch._C._len_torch_dispatch_stack())
 
 
-def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., Any]:
+def _public(kernel: Kernel, op: Any, sig: inspect.Signature, statistics: bool = False) -> Callable[..., Any]:
     """``fuel_cy.torch.<kernel>``: checks that the tensor inputs are CPU tensors, then calls the op,
     or the numpy kernel directly where the op would add nothing: plain CPU tensors, no gradient to
     record, nothing tracing (_dispatch_needed).  The op does what the direct call does (the same
     numpy kernel, the same bits); its dispatch cost ~30 us against a decode call's ~5 us of work.
+
+    statistics: the kernel's backward takes the forward's out and lse, so a call that records a
+    gradient in a dtype whose backward uses them (_STATISTICS_DTYPES) asks the op for its lse too
+    and returns what the caller asked for: autograd saves both, and the backward runs in
+    FlashAttention-2's order (the contracts' prose) instead of recomputing each row's statistics.
 
     The check is here, not only in the op, because the op sends meta tensors to its fake
     implementation; plain loops keep it traceable by torch.compile.
@@ -300,6 +305,11 @@ def _public(kernel: Kernel, op: Any, sig: inspect.Signature) -> Callable[..., An
             elif grad and value.requires_grad:
                 direct = False
         if not direct:
+            if statistics and _records_statistics(args[:n_in], kwargs, [name for _, name, _ in tensors]):
+                bound = sig.bind(*args, **kwargs)
+                if not bound.arguments.get("return_lse"):
+                    bound.arguments["return_lse"] = True
+                    return op(*bound.args, **bound.kwargs)[0]
             out = op(*args, **kwargs)
             if requested and not all(sig.bind(*args, **kwargs).arguments.get(o.when or "") for o in requested):
                 return out[0]   # (the op's outputs that were not asked for are empty)
@@ -363,12 +373,32 @@ def _into_tensors(kernel: str, result: Any, given: list[tuple[int, str, Any]], i
     return tuple(outs) if isinstance(result, tuple) else outs[0]
 
 
+# the dtypes whose backward takes the forward's statistics (float32 compute; float64 recomputes)
+_STATISTICS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _records_statistics(args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]) -> bool:
+    """Whether autograd records this call in a dtype whose backward takes out and lse."""
+    given = [*args, *(kwargs.get(name) for name in names[len(args):])]
+    tensors = [t for t in given if isinstance(t, torch.Tensor)]
+    return (torch.is_grad_enabled() and bool(tensors) and tensors[0].dtype in _STATISTICS_DTYPES
+            and any(t.requires_grad for t in tensors))
+
+
+def _takes_statistics(forward: Kernel, backward: Kernel) -> bool:
+    """The forward returns lse on request and its backward takes the forward's out and lse."""
+    return ({"out", "lse"} <= {spec.name for spec in backward.inputs}
+            and any(f.name == "return_lse" for f in forward.op_params.fields))
+
+
 def _build() -> dict[str, Callable[..., Any]]:
     kernels = _contract_kernels()
     ops = {name: _define(kernels[name]) for name in registry}
     for fwd, bwd in _GRADIENTS.items():
         _register_gradient(kernels[fwd], kernels[bwd], ops[bwd][0], ops[fwd][0])
-    return {name: _public(kernels[name], op, sig) for name, (op, sig) in ops.items()}
+    return {name: _public(kernels[name], op, sig,
+                          name in _GRADIENTS and _takes_statistics(kernels[name], kernels[_GRADIENTS[name]]))
+            for name, (op, sig) in ops.items()}
 
 
 _PUBLIC = _build()
@@ -383,10 +413,6 @@ TORCH_OPS = ArrayOps(
     broadcast_to=lambda x, shape: x.expand(shape),
     contiguous=lambda x: x.contiguous(),
 )
-
-
-# the dtypes whose backward takes the forward's statistics (float32 compute; float64 recomputes)
-_STATISTICS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -413,21 +439,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         if q is not None and k is not None and v is not None and (m is not None or attn_mask is None):
             return _as_tensor(sdpa(NUMPY_OPS, _NUMPY_MASKED, q, k, v, m, dropout_p, is_causal, scale, enable_gqa,
                                    softcap, round_p))
-    kernel = _PUBLIC["attention_masked"]
-    if (isinstance(query, torch.Tensor) and query.dtype in _STATISTICS_DTYPES and torch.is_grad_enabled()
-            and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (query, key, value))):
-        kernel = _with_statistics(kernel)
-    return sdpa(TORCH_OPS, kernel, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, softcap,
-                round_p)
-
-
-def _with_statistics(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """attention_masked returning its out only, its lse (return_lse) saved with it for the
-    backward: given both, attention_masked_backward runs float32 compute in FlashAttention-2's
-    order (the contract's prose) instead of recomputing each row's statistics."""
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return kernel(*args, return_lse=True, **kwargs)[0]
-    return call
+    # (under autograd, fuel_cy.torch.attention_masked saves its out and lse for the backward)
+    return sdpa(TORCH_OPS, _PUBLIC["attention_masked"], query, key, value, attn_mask, dropout_p, is_causal, scale,
+                enable_gqa, softcap, round_p)
 
 
 __all__ = [*_PUBLIC, "scaled_dot_product_attention"]

@@ -612,6 +612,40 @@ def test_torch_sdpa_training_hands_the_backward_out_and_lse(dtype):
         assert _rel(n(a), r) <= TOL[np.dtype(BF16 if dtype == torch.bfloat16 else np.float32)]
 
 
+@pytest.mark.parametrize("kernel,dtype", [("attention_varlen", torch.float32), ("attention_flash_mixed", torch.bfloat16),
+                                          ("attention_flash_mixed", torch.float16), ("attention_varlen", torch.float64)],
+                         ids=["varlen-f32", "mixed-bf16", "mixed-f16", "varlen-f64"])
+def test_torch_training_saves_out_and_lse_without_being_asked(kernel, dtype):
+    """A forward whose backward takes its out and lse, called under autograd without return_lse,
+    still saves both (float32 compute; float64 recomputes): the backward's bits are those of the
+    direct call given them (f64: without them), the call returns out alone, as asked."""
+    torch.manual_seed(6)
+    if kernel == "attention_varlen":
+        cu = torch.tensor([0, 90, 240], dtype=torch.int32)
+        shapes, extra = ((240, 4, 32), (240, 2, 32), (240, 2, 32)), (cu, cu)
+    else:
+        shapes, extra = ((1, 4, 90, 32), (1, 2, 200, 32), (1, 2, 200, 32)), ()
+    q, k, v = (torch.randn(sh).to(dtype).requires_grad_() for sh in shapes)
+    grad = torch.randn(shapes[0]).to(dtype)
+    out = getattr(ft, kernel)(q, k, v, *extra, causal=True)
+    assert isinstance(out, torch.Tensor) and out.shape == q.shape
+    got = torch.autograd.grad(out, (q, k, v), grad)
+
+    def n(t):   # the tensor's memory as fuel_cy's numpy input (bf16 as ml_dtypes.bfloat16)
+        t = t.detach()
+        return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
+    args = (n(q), n(k), n(v), n(grad), *map(n, extra))
+    backward = getattr(fuel_cy, f"{kernel}_backward" if kernel == "attention_varlen" else "attention_flash_backward_mixed")
+    fwd_out, lse = getattr(fuel_cy, kernel)(n(q), n(k), n(v), *map(n, extra), causal=True, return_lse=True)
+    saved = backward(*args, out=fwd_out, lse=lse, causal=True)
+    recomputed = backward(*args, causal=True)
+    want = recomputed if dtype == torch.float64 else saved
+    for a, w in zip(got, want):
+        assert n(a).tobytes() == w.tobytes()
+    if dtype != torch.float64:
+        assert any(s.tobytes() != r.tobytes() for s, r in zip(saved, recomputed))   # (another order)
+
+
 def test_torch_autograd_refuses_what_the_backward_cannot_honour():
     q = torch.randn(25, 4, 16, requires_grad=True)
     k = torch.randn(40, 2, 16)
