@@ -65,7 +65,7 @@ SLOPES = '''    - name: alibi_slopes
      "takes the inputs (q: T, k: T, v: T, alibi_slopes: T (optional)) in this order; "
      "the contract declares (q: T, k: T, v: T)"),
     ("attention_flash_mixed", "    - name: out\n", "    - name: output\n", "attention_flash_mixed.return",
-     "writes the outputs (out); the contract returns (output)"),
+     "writes the outputs (out, lse); the contract returns (output, lse)"),
     ("attention_paged_mixed", "    softmax_scale: { kind: f32 }\n", "", "attention_paged_mixed.op_params.fields",
      "reads the param 'softmax_scale'; the contract has none"),
 ])

@@ -55,8 +55,9 @@ def make_inputs(kernel: str, dtype: str, seed: int = 0) -> dict[str, np.ndarray]
             out[name] = np.array(CONTEXT_LENS, np.uint32)
         elif SPECS[kernel].input(name).dtypes == ("BOOL",):
             out[name] = rng.random(shape) < 0.7
-        else:
-            out[name] = rng.standard_normal(shape).astype(NUMPY[dtype])
+        else:   # T, or an input's own float type (a backward's float32 dlse and lse)
+            spec = SPECS[kernel].input(name)
+            out[name] = rng.standard_normal(shape).astype(NUMPY[dtype if spec.shares_t else spec.dtypes[0]])
     return out
 
 
