@@ -114,29 +114,34 @@ OOM_CHILD = textwrap.dedent("""
     q = rng.standard_normal((1, 8, 32768, 64), dtype=np.float32).astype(T)
     q = np.concatenate([q] * 4, axis=2)   # [1, 8, 131072, 64]: 256 MiB in f32, 128 MiB in bf16
     kernel = {{"flash_f32": fuel_cy.attention_flash, "flash_mixed_bf16": fuel_cy.attention_flash_mixed,
+              "flash_mixed_lse_bf16": fuel_cy.attention_flash_mixed,
               "backward_f32": fuel_cy.attention_flash_backward}}[case]
     args = (q, q, q, q) if case.startswith("backward") else (q, q, q)
+    kw = {{"return_lse": True}} if "lse" in case else {{}}   # lse [1, 8, 131072] float32 too
+    tuples = case.startswith("backward") or "lse" in case
     fuel_cy.attention_flash(q[:, :, :8].astype(np.float32), q[:, :, :8].astype(np.float32),
                             q[:, :, :8].astype(np.float32))   # threads and temporaries exist
     vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1]) * 1024
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (vm + q.nbytes // 2, hard))
     try:
-        kernel(*args)
+        kernel(*args, **kw)
         message = None
     except MemoryError as exc:
         message = str(exc)
     resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     small = np.ascontiguousarray(q[:, :, :64])
-    ok = bool(np.isfinite(kernel(*((small,) * len(args)))[0] if case.startswith("backward")
+    ok = bool(np.isfinite(kernel(*((small,) * len(args)), **kw)[0] if tuples
                           else kernel(*((small,) * len(args)))).all())
-    print(json.dumps({{"message": message, "need": q.nbytes, "next_ok": ok}}))
+    lse = 4 * q.shape[0] * q.shape[1] * q.shape[2] if "lse" in case else 0
+    print(json.dumps({{"message": message, "need": q.nbytes, "lse": lse, "next_ok": ok}}))
 """)
 
 
 @pytest.mark.parametrize("case,kernel,outputs", [
     ("flash_f32", "attention_flash", 1),
     ("flash_mixed_bf16", "attention_flash_mixed", 1),
+    ("flash_mixed_lse_bf16", "attention_flash_mixed", 1),   # lse asked: counted, in float32
     ("backward_f32", "attention_flash_backward", 3),
 ])
 def test_an_output_too_large_for_memory_is_a_memory_error_naming_kernel_and_bytes(case, kernel, outputs):
@@ -146,5 +151,6 @@ def test_an_output_too_large_for_memory_is_a_memory_error_naming_kernel_and_byte
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["message"] is not None, "the call succeeded under the memory cap"
     assert r["message"].startswith(f"{kernel}: not enough memory"), r
-    assert f"its outputs need {outputs * r['need']} bytes" in r["message"], r
+    assert f"its outputs need {outputs * r['need'] + r['lse']} bytes" in r["message"], r
+    assert ("lse [1, 8, 131072] F32 = 4.0 MiB" in r["message"]) == (r["lse"] > 0), r
     assert r["next_ok"], r

@@ -92,6 +92,7 @@ class OutputView:
     dtype_src: str  # the input whose dtype it has ("" for a fixed dtype)
     shape_expr: str  # Cython source of its shape, from the validated inputs
     when: Optional[str] = None  # the bool param that asks for it (None: always returned)
+    dtype_fixed: str = ""  # its fixed dtype's code (lse: F32), "" where it has T's
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,8 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         for axis, sym in enumerate(spec.dims):
             if not spec.optional:
                 dim_source.setdefault(sym, (spec.name, axis))
-    outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source, _shape_expr(kernel, o), o.when)
+    outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source, _shape_expr(kernel, o), o.when,
+                               "" if o.dtype_source else (o.dtype_fixed or ""))
                     for o in kernel.returns.items)
     dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half, typenum(DTYPES[d]),
                              pol != DTYPES[d].policy)

@@ -263,13 +263,13 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def out_of_memory(kernel: str, outputs: Sequence[tuple[str, tuple[int, ...]]], code: str,
+def out_of_memory(kernel: str, outputs: Sequence[tuple[str, tuple[int, ...], str]],
                   exc: MemoryError) -> MemoryError:
     """The MemoryError of a call whose outputs or workspace could not be allocated: it names the
-    kernel and the bytes the outputs alone need, and keeps the allocator's own words."""
-    itemsize = NUMPY_DTYPES[code].itemsize
-    need = [(name, shape, math.prod(shape) * itemsize) for name, shape in outputs]
-    parts = ", ".join(f"{name} {list(shape)} {code} = {_size(n)}" for name, shape, n in need)
-    total = sum(n for _, _, n in need)
+    kernel and the bytes the outputs it returns alone need (name, shape and dtype code of each),
+    and keeps the allocator's own words."""
+    need = [(name, shape, code, math.prod(shape) * NUMPY_DTYPES[code].itemsize) for name, shape, code in outputs]
+    parts = ", ".join(f"{name} {list(shape)} {code} = {_size(n)}" for name, shape, code, n in need)
+    total = sum(n for *_, n in need)
     return MemoryError(f"{kernel}: not enough memory for the call: its outputs need {total} bytes "
                        f"({_size(total)}: {parts}) plus working space (numpy: {exc})")
