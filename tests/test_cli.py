@@ -271,6 +271,26 @@ def test_memory_bound_rows_read_against_a_copy_timed_beside_them(monkeypatch):
     assert row["pct_copy"] == pytest.approx(100 * row["kv_gbps"] / beside)
 
 
+def test_interleaved_takes_more_rounds_of_short_calls():
+    """A group of short calls takes rounds until they span the bench's minimum time (capped), so a
+    median is not three samples from one slow second; a group already that long keeps `reps`."""
+    import time
+
+    from fuel_cy.harness import bench
+
+    calls = []
+    bench.interleaved([lambda: calls.append(1)], reps=3)
+    assert len(calls) == 1 + bench.MAX_REPS            # the warm-up, then the cap
+    calls.clear()
+    bench.interleaved([lambda: calls.append(1)], reps=3, min_seconds=0.0)
+    assert len(calls) == 1 + 3
+    calls.clear()
+    bench.interleaved([lambda: (calls.append(1), time.sleep(0.02))], reps=3, min_seconds=0.05)
+    assert len(calls) == 1 + 3                          # 3 rounds of >= 20 ms already span 50 ms
+    a, b = bench.interleaved([lambda: None, lambda: time.sleep(0.002)], reps=3)
+    assert a < b
+
+
 def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(capsys):
     """Issue #37's "each miss with the profile that explains it": a ratio target's worst point is
     set against the peak the run measured (our rate and the rate the goal needs, each a share of

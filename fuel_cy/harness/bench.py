@@ -8,6 +8,7 @@ optional peer (the `bench` extra): without it, our kernels are still measured.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -22,6 +23,11 @@ import numpy as np
 from .tables import format_table
 
 REPS = 5
+# A group whose rounds are short takes more of them, up to MAX_REPS, so that its samples span at
+# least MIN_SECONDS: on a shared host a slow stretch lasts about a second, and three rounds of a
+# 15 ms call fell inside one (a backward read 25.9 ms in a run, 13.4-16 ms in every check after).
+MIN_SECONDS = 1.0
+MAX_REPS = 15
 
 
 def _torch():
@@ -48,11 +54,18 @@ def machine_info() -> dict[str, Any]:
 
 
 def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1,
-                stat: Callable[[list[float]], Any] = np.median) -> list[float]:
-    """Median (or `stat`) seconds of each callable, calling them in turn so drift hits all alike."""
+                stat: Callable[[list[float]], Any] = np.median,
+                min_seconds: float = MIN_SECONDS) -> list[float]:
+    """Median (or `stat`) seconds of each callable, calling them in turn so drift hits all alike:
+    at least `reps` rounds, more (up to MAX_REPS) while they span less than `min_seconds`, as the
+    warm-up round's time predicts."""
+    t0 = time.perf_counter()
     for _ in range(warmup):
         for f in fns:
             f()
+    round_s = (time.perf_counter() - t0) / warmup if warmup else 0.0
+    if round_s > 0 and reps * round_s < min_seconds:
+        reps = max(reps, min(MAX_REPS, math.ceil(min_seconds / round_s)))
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
         for i, f in enumerate(fns):
@@ -879,7 +892,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                 fn = fuel_cy.registry[name].fn
                 # the fastest of 5: what the shape costs on a quiet machine, which the model predicts
                 # (a median of 3 let one busy moment move a held-out shape by half)
-                (t,) = interleaved([lambda: fn(*args)], reps=5, stat=np.min)
+                (t,) = interleaved([lambda: fn(*args)], reps=5, stat=np.min, min_seconds=0.0)
                 c = fuel_cy.cost(name, *args)
                 samples.append((c.flops, c.bytes_moved, t * 1e9))
             train = samples[::2] + samples[-1:]
