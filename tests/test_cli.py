@@ -294,8 +294,9 @@ def test_interleaved_takes_more_rounds_of_short_calls():
 def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(capsys):
     """Issue #37's "each miss with the profile that explains it": a ratio target's worst point is
     set against the peak the run measured (our rate and the rate the goal needs, each a share of
-    it), under the targets table; rows no single peak bounds (memory-bound, math in T, bf16 on a
-    CPU without its dot product) get no such line."""
+    it), under the targets table; bf16 with exact P against the ceiling its two kinds of products
+    allow; rows no measured peak bounds (memory-bound, math in T, bf16 on a CPU without its dot
+    product or on AMX tiles) get no such line."""
     from fuel_cy.harness.bench import print_targets
     from fuel_cy.harness.targets import targets
 
@@ -338,6 +339,18 @@ def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(caps
     assert fp16["mixed f16 flash, P in T: <= 1.0x our f32 flash's time"]["limit"] is None
     # the bf16 dot product's peak was not measured: no line, as for the memory-bound decode
     assert judged["mixed bf16 flash, P in T: >= 1.5x torch SDPA bf16 (no AMX)"]["limit"] is None
+    # bf16 with exact P multiplies on both units: 2 of the backward's 5 products on vdpbf16ps (peak
+    # 400), 3 in float32 (peak 200): 5 / (2/400 + 3/200) = 250; the peer at 100 / 0.8 = 125
+    exact = {**result, "peak_gflops": {"f32": 200.0, "bf16": 400.0}, "rows": [
+        row("attention_flash_backward_mixed", "BF16", "B=1 H=8 S=2048 D=128", 100.0, 0.8,
+            peer="torch SDPA autograd bwd bf16")]}
+    (bwd,) = [t for t in targets(exact) if t["target"].startswith("mixed backward >= 1.0x")]
+    assert bwd["met"] is False and bwd["limit"] == (
+        "worst at B=1 H=8 S=2048 D=128 (bf16): ours 100 GFLOP/s = 40% of the exact-P backward ceiling (250: 2 of "
+        "its 5 products at the bf16 peak, 3 at the f32); 1.00x the peer's 125 needs 125, 50% of it")
+    # on an AMX CPU the tiles take the products: no measured ceiling, no line
+    amx = {**exact, "machine": {"features": ["avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]}}
+    assert [t for t in targets(amx) if t["target"].startswith("mixed backward >= 1.0x")][0]["limit"] is None
     # memory-bound: against the copy rate, the gather peer's row reading its shape's rate
     assert judged["paged decode >= 2x torch SDPA on contiguous K/V"]["limit"] == (
         "worst at decode (f32): ours reads K+V at 60% of the copy rate; 2.00x the peer needs 80%")

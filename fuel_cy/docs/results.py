@@ -496,7 +496,8 @@ def _targets(judged: list[dict]) -> list[str]:
              t.get("limit") or "" if t["met"] is False else ""] for t in judged]
     return ["### Targets", "", "The project's performance goals, judged on this run. For a miss the last column "
             "sets its worst point against a limit the same run measured: a compute-bound kernel against the "
-            "arithmetic peak (a register-only multiply-add loop on the same threads) or the f32 GEMM rate, a "
+            "arithmetic peak (a register-only multiply-add loop on the same threads; for bf16 with exact P, the "
+            "rate its products allow with each kind at its own peak) or the f32 GEMM rate, a "
             "memory-bound one against a large copy timed beside it; how much of it we reach and how much the goal would "
             "need. What limits the misses follows the table.", "",
             _table(["target", "measured", "met", "against the machine (measured)"], rows), ""]

@@ -17,24 +17,64 @@ def check(name: str, values: list[float], goal: float, fmt: str = "{:.2f}x",
     return {"target": name, "measured": shown, "met": lo >= goal, "limit": limit}
 
 
+# bf16 with exact P on vdpbf16ps (no AMX): the products on bf16 pairs and those that take the
+# float32 weights, (bf16, f32) by count.  The forward's Q Kᵀ on pairs, P V in float32; the
+# backward's S and dP on pairs, dV = Pᵀ dO, dK = dSᵀ Q and dQ = dS K in float32.
+EXACT_P_PRODUCTS = {"exact-P forward": (1, 1), "exact-P backward": (2, 3)}
+
+
+def _exact_p(row: dict[str, Any]) -> bool:
+    """A float32-compute half-type row with P exact: a mixed kernel's default mode, or the
+    model-facing backward given out and lse with round_p=False (the bench's "out+lse" half rows)."""
+    if row["kernel"].endswith("_mixed"):
+        return row.get("mode") is None
+    return row["kernel"] == "attention_masked_backward" and row.get("mode") == "out+lse"
+
+
+def _p_in_t(row: dict[str, Any]) -> bool:
+    """A float32-compute half-type row with P rounded to T (round_p): a mixed kernel's "P in T"
+    rows, or the model-facing backward's given out and lse."""
+    if row["kernel"].endswith("_mixed"):
+        return row.get("mode") == "P in T"
+    return row["kernel"] == "attention_masked_backward" and row.get("mode") == "P in T, out+lse"
+
+
 def compute_kind(row: dict[str, Any], features: set[str]) -> Optional[str]:
-    """The arithmetic whose measured peak (bench.peak_gflops) bounds a compute-bound row: "f32",
-    "f64" or "bf16" (vdpbf16ps: the bf16 P-in-T kernels run both products on it).  None where no
-    one peak does: memory-bound rows (decode, paged), thread scaling, the founding kernels' "math
-    in T" (bound by their per-operation roundings), bf16 with exact P (products of both kinds),
-    and the half types on AMX or AVX512-FP16 CPUs (their own units, not measured)."""
+    """The arithmetic whose measured peak (bench.peak_gflops, or peak_of's blend) bounds a
+    compute-bound row: "f32", "f64", "bf16" (vdpbf16ps: the bf16 P-in-T kernels run every product
+    on it) or, for bf16 with exact P, "exact-P forward" / "exact-P backward" (EXACT_P_PRODUCTS).
+    None where no measured peak does: memory-bound rows (decode, paged), thread scaling, the
+    founding kernels' "math in T" (bound by their per-operation roundings), and the half types on
+    AMX or AVX512-FP16 CPUs (their own units, not measured)."""
     shape, dtype = row["shape"], row["dtype"]
     if row.get("pct_copy") is not None or "decode" in shape or shape.startswith("per call") or "thread" in shape:
         return None
     if dtype in ("F32", "F64"):
         return dtype.lower()
-    if not row["kernel"].endswith("_mixed") or row.get("mode") != "P in T":
+    exact = _exact_p(row)
+    if not exact and not _p_in_t(row):
         return None
     if dtype == "BF16" and "avx512_bf16" in features and not {"amx_bf16", "amx_tile"} <= features:
+        if exact:
+            return "exact-P backward" if "backward" in row["kernel"] else "exact-P forward"
         return "bf16"
     if dtype == "F16" and "avx512_fp16" not in features:
-        return "f32"   # f16 values widened onto float32 FMAs (F16C)
+        return "f32"   # f16 values widened onto float32 FMAs (F16C), whichever the mode
     return None
+
+
+def peak_of(kind: str, peaks: dict[str, float]) -> tuple[Optional[float], str]:
+    """The ceiling of a compute kind, named with its value: a measured peak, or for exact P the
+    rate its products allow when each runs at its own peak (their flops alike, their times added)."""
+    if kind not in EXACT_P_PRODUCTS:
+        peak = peaks.get(kind)
+        return peak, f"the {kind} peak ({peak:.0f})" if peak else ""
+    n16, n32 = EXACT_P_PRODUCTS[kind]
+    if not peaks.get("bf16") or not peaks.get("f32"):
+        return None, ""
+    ceiling = (n16 + n32) / (n16 / peaks["bf16"] + n32 / peaks["f32"])
+    return ceiling, (f"the {kind} ceiling ({ceiling:.0f}: {n16} of its {n16 + n32} products at the bf16 peak, "
+                     f"{n32} at the f32)")
 
 
 def _worst(rows: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
@@ -70,7 +110,7 @@ def ratio_limit(rows: list[dict[str, Any]], goal: float, peaks: dict[str, float]
     if r is None:
         return None
     kind = compute_kind(r, features)
-    peak = peaks.get(kind) if kind else None
+    peak, named = peak_of(kind, peaks) if kind else (None, "")
     if not peak:
         return None
     ours = r["gflops"]
@@ -78,7 +118,7 @@ def ratio_limit(rows: list[dict[str, Any]], goal: float, peaks: dict[str, float]
     need = goal * peer
     reach = "more than the peak" if need > peak else f"{100 * need / peak:.0f}% of it"
     return (f"worst at {r['shape']} ({r['dtype'].lower()}): ours {ours:.0f} GFLOP/s = {100 * ours / peak:.0f}% "
-            f"of the {kind} peak ({peak:.0f}); {goal:.2f}x the peer's {peer:.0f} needs {need:.0f}, {reach}")
+            f"of {named}; {goal:.2f}x the peer's {peer:.0f} needs {need:.0f}, {reach}")
 
 
 def mode_limit(rows: list[dict[str, Any]], everything: list[dict[str, Any]]) -> Optional[str]:
@@ -195,13 +235,13 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     amx = {"amx_bf16", "amx_tile"} <= features
 
     out += [
-        check("mixed flash bf16/f16 >= 1.0x torch SDPA in that dtype", ratios(mixed("attention_flash_mixed")), 1.0),
+        against_peak("mixed flash bf16/f16 >= 1.0x torch SDPA in that dtype", mixed("attention_flash_mixed"), 1.0),
         against_copy("mixed paged decode >= 2x torch SDPA in that dtype", mixed("attention_paged_mixed"), 2.0),
         check("mixed paged decode K+V read >= 70% of the copy rate",
               [r["pct_copy"] for r in rows if r["kernel"] == "attention_paged_mixed" and r.get("pct_copy") is not None],
               70.0, "{:.0f}%"),
-        check("mixed backward >= 1.0x torch autograd backward in that dtype",
-              ratios(mixed("attention_flash_backward_mixed")), 1.0),
+        against_peak("mixed backward >= 1.0x torch autograd backward in that dtype",
+                     mixed("attention_flash_backward_mixed"), 1.0),
         # issue #36: the P-in-T mode (round_p) at the half-precision rate; a time ratio <= 0.7 of our
         # f32 flash is a speed ratio >= 1 / 0.7
         against_peak("mixed bf16 flash, P in T: <= 0.7x our f32 flash's time (ratio >= 1.43)", fast_vs_f32("BF16"),
@@ -218,8 +258,8 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         # model-facing backward, which SDPA training reaches)
         against_peak("mixed backward given out and lse, P in T: >= 1.2x torch autograd backward in that dtype",
                      mixed("attention_masked_backward", "P in T, out+lse"), 1.2),
-        check("mixed backward given out and lse, exact P: >= 1.0x torch autograd backward in that dtype",
-              ratios(lambda r: mixed("attention_masked_backward", "out+lse")(r) and r["dtype"] != "F32"), 1.0),
+        against_peak("mixed backward given out and lse, exact P: >= 1.0x torch autograd backward in that dtype",
+                     lambda r: mixed("attention_masked_backward", "out+lse")(r) and r["dtype"] != "F32", 1.0),
     ]
     varlen = lambda peer: ratios(lambda r: r["kernel"] == "attention_varlen" and r["peer"] == peer)  # noqa: E731
     out += [
