@@ -150,12 +150,9 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
     cdef bint pairs16 = (halfdrv and driver == _DRV_FLASH_HALF and not decode16 and real_t is float
                          and rnd_t is RoundNone)
     cdef bint vpairs16 = pairs16 and _v_in_storage(is_f16, params, ins)
-    # the half flash's log-sum-exp [B, Hq, Sq] when asked (the mixed contract's `when:
-    # return_lse`), +inf where a row has nothing admissible
-    lse = (_np.full((_dim(ins[0], 0), _dim(ins[0], 1), _dim(ins[0], 2)), _np.inf, _np.float32)
-           if driver == _DRV_FLASH_HALF and params.get("return_lse") else None)
     if pairs16:
         q, k, v, s = ins
+        lse = _lse_out((_dim(q, 0), _dim(q, 1), _dim(q, 2)), params)
         h = _half_typenum(code)
         v_a = None if vpairs16 else _win(v, npwork, code, narrow, nthreads, "v")
         s_a = _win(s, npwork, code, narrow, nthreads, "alibi_slopes")
@@ -166,7 +163,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                        <const unsigned short*>_ptr(q, h), <const unsigned short*>_ptr(k, h),
                                        <const unsigned short*>_ptr(v, h) if vpairs16 else NULL,
                                        <unsigned short*>_ptr(res, h), <float*>_ptr(lse, cnp.NPY_FLOAT32))
-        return (res, lse) if lse is not None else res
+        return _with_lse(res, lse)
     if driver <= _DRV_FLASH_HALF:
         q, k, v, s = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
@@ -174,6 +171,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         v_a = _win(v, npwork, code, narrow and not decode16, nthreads, "v")
         s_a = _win(s, npwork, code, narrow, nthreads, "alibi_slopes")
         out = _out("out:out", q, npwork, narrow, tn)
+        lse = _lse_out((_dim(q, 0), _dim(q, 1), _dim(q, 2)), params)   # (the half flash's alone)
         if driver == _DRV_NAIVE:
             drive_attention_naive(tag, <const real_t*>_ptr(q_a, tn), <const real_t*>_ptr(k_a, tn),
                                   <const real_t*>_ptr(v_a, tn), <const real_t*>_ptr(s_a, tn),
@@ -197,7 +195,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                <float*>_ptr(out, tn), dims, params, nthreads, is_f16, NULL, NULL,
                                                NULL, NULL, NULL, NULL, <float*>_ptr(lse, cnp.NPY_FLOAT32))
         result = _from_work(out, code, nthreads) if narrow else out
-        return (result, lse) if lse is not None else result
+        return _with_lse(result, lse)
     if driver <= _DRV_PAGED_HALF:
         q, kc, vc, table, lens, s = ins
         q_a = _win(q, npwork, code, narrow, nthreads, "q")
@@ -287,10 +285,7 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
         mask, bias, mdims = _full_key_masks(mask, bias, _dim(k, 2))
         b_a = _win(bias, npwork, code, narrow, nthreads, "attn_bias")
         out = _out("out:out", q, npwork, narrow, tn)
-        # the log-sum-exp [B, Hq, Sq] when asked (the contract's `when: return_lse`), +inf where a
-        # row has nothing admissible
-        lse = (_np.full((_dim(q, 0), _dim(q, 1), _dim(q, 2)), _np.inf, _np.float32) if params.get("return_lse")
-               else None)
+        lse = _lse_out((_dim(q, 0), _dim(q, 1), _dim(q, 2)), params)
         if driver == _DRV_MASKED:
             # q, k and v are read where they lie (any view with unit-stride rows; another is copied)
             q = _rows_view(q, strides)
@@ -335,18 +330,16 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                         <const unsigned short*>_ptr(k, h),
                                         <const unsigned short*>_ptr(v, h) if vin16 else NULL,
                                         <unsigned short*>_ptr(res, h), <float*>_ptr(lse, cnp.NPY_FLOAT32))
-            return (res, lse) if lse is not None else res
+            return _with_lse(res, lse)
         result = _from_work(out, code, nthreads) if narrow else out
-        return (result, lse) if lse is not None else result
+        return _with_lse(result, lse)
     if driver == _DRV_VARLEN or driver == _DRV_VARLEN_HALF:
         q, k, v, cu_q, cu_k, s, table, used = ins
         s_a = None if s is None else _np.ascontiguousarray(s, dtype=npwork)   # float32 slopes: exact in either
         # [SB, Hq] slopes (the contract reads [Hq] as [1, Hq]): per sequence, or one set for all
         s_ld = _dim(s_a, 1) if s_a is not None and _dim(s_a, 0) > 1 else 0
         mbs = _dim(table, 1) if table is not None else 0
-        # the log-sum-exp [Hq, Tq] when asked (the contract's `when: return_lse`); +inf stays
-        # where a row has nothing admissible
-        lse = _np.full((_dim(q, 1), _dim(q, 0)), _np.inf, _np.float32) if params.get("return_lse") else None
+        lse = _lse_out((_dim(q, 1), _dim(q, 0)), params)   # [Hq, Tq]
         # q, k and v read where they lie (rows of heads with adjacent elements; others copied once),
         # bf16/f16 ones in their storage, the output of those written rounded to T
         q = _rows_heads_view(q, strides, strides + 1)
@@ -376,9 +369,9 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                             <const unsigned int*>_ptr(used, u32, i32), <unsigned short*>_ptr(out, h),
                                             <float*>_ptr(lse, cnp.NPY_FLOAT32), dims, params, nthreads, is_f16,
                                             strides, is_f16 == 1 and _f16_split(_round_p(params, 1)) and _finite16(q))
-                return (out, lse) if lse is not None else out
+                return _with_lse(out, lse)
         result = _from_work(out, code, nthreads) if narrow else out
-        return (result, lse) if lse is not None else result
+        return _with_lse(result, lse)
     # the founding backward takes (q, k, v, do_grad, alibi_slopes); the mixed one's half driver
     # also the forward's lse gradient, out and lse (cores.py BACKWARD_HALF)
     q, k, v, do, s = ins[:5]
@@ -411,6 +404,17 @@ cdef object _entry(rnd_t tag, real_t w, str code, int driver, tuple ins, tuple d
                                                 <float*>_ptr(dk, tn), <float*>_ptr(dv, tn), dims, params,
                                                 nthreads, is_f16)
     return _grads(dq, dk, dv, code, narrow, nthreads)
+
+
+cdef inline object _lse_out(tuple shape, dict params):
+    """A forward's log-sum-exp output of `shape` when asked (the contracts' `when: return_lse`),
+    +inf where the kernel finds a row with nothing admissible (it writes every other); else None."""
+    return _np.full(shape, _np.inf, _np.float32) if params.get("return_lse") else None
+
+
+cdef inline object _with_lse(object result, object lse):
+    """What a forward returns: its output, with its log-sum-exp when asked."""
+    return result if lse is None else (result, lse)
 
 
 cdef inline object _f32_rows(object x, tuple shape):

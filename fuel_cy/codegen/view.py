@@ -459,7 +459,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
             if not spec.optional:
                 dim_source.setdefault(sym, (spec.name, axis))
     outputs = tuple(OutputView(o.name, o.shape_source, o.dtype_source, _shape_expr(kernel, o), o.when,
-                               "" if o.dtype_source else (o.dtype_fixed or ""))
+                               o.dtype_fixed or "")
                     for o in kernel.returns.items)
     dtypes = tuple(DTypeView(d, pol[0], pol[1], pol[2], DTYPES[d].narrow, DTYPES[d].half, typenum(DTYPES[d]),
                              pol != DTYPES[d].policy)
@@ -505,7 +505,7 @@ def kernel_view(doc: ContractDoc, kernel: Kernel, fused: Mapping[str, FusedOpInf
         caller_buffers=tuple(
             CallerBufferView(n, o.name, o.caller_buffer,
                              f"_given_{o.shape_source}.shape" if any(r[0] == n for r in restored) else _shape_expr(kernel, o),
-                             f"_v.NUMPY_DTYPES[{(o.dtype_fixed or 'T')!r}]" if o.dtype_fixed else "_v.NUMPY_DTYPES[T]",
+                             f"_v.NUMPY_DTYPES[{o.dtype_fixed!r}]" if o.dtype_fixed else "_v.NUMPY_DTYPES[T]",
                              f"return.{kernel.returns.kind}[{n}].caller_buffer")
             for n, o in enumerate(kernel.returns.items) if o.caller_buffer),
         dim_symbols=symbols, fast=all(i.fast is not None for i in inputs),
