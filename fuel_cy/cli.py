@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import time
@@ -191,6 +192,39 @@ def _module_inputs(root: Path, name: str) -> list[Path]:
     return [root / "fuel_cy" / f"{name}.pyx", core / "fc_cpuid.h"]
 
 
+# where Cython's error block ends: the located message ("fuel_cy/_core/entries.pxi:190:60: ...")
+_CYTHON_LOCATED = re.compile(r"^\S+\.(pyx|pxi|pxd):\d+:\d+: ")
+
+
+def compile_errors(output: str, limit: int = 6000) -> str:
+    """The compiler's own error messages in a failed build's output, in order: Cython's "Error
+    compiling Cython file" blocks (the source excerpt and the located message) and the C
+    compiler's error lines, each once (every CPU level compiles the same sources and repeats
+    them).  Behind a few hundred warnings and a traceback, the tail of the output has none."""
+    found: list[str] = []
+    seen: set[str] = set()
+    lines = output.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("Error compiling Cython file:"):
+            j = i + 1
+            while j < len(lines) and not _CYTHON_LOCATED.match(lines[j]):
+                j += 1
+            block, key = "\n".join(lines[i:j + 1]), lines[min(j, len(lines) - 1)]
+            i = j + 1
+        elif ": error:" in lines[i] or ": fatal error:" in lines[i]:
+            block = key = lines[i]
+            i += 1
+        else:
+            i += 1
+            continue
+        if key not in seen:
+            seen.add(key)
+            found.append(block)
+    text = "\n\n".join(found)
+    return text if len(text) <= limit else text[:limit] + "\n…"
+
+
 def _build_report(root: Path, before: dict[str, tuple[float, Path]], after: dict[str, tuple[float, Path]],
                   seconds: float) -> str:
     """One line: which modules were compiled, why (the inputs newer than the module they replaced),
@@ -252,7 +286,10 @@ def cmd_build(ns: argparse.Namespace) -> int:
     if proc.returncode == 0:
         print(_build_report(root, before, _module_times(root), time.monotonic() - started), file=sys.stderr)
     if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        errors = compile_errors(proc.stdout + "\n" + proc.stderr)
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
+        if errors:
+            print(f"\nthe compiler's errors:\n{errors}\n", file=sys.stderr)
         print("build failed: the generated sources are current but the extension was not rebuilt "
               "(`fuel-cy generate --check` reports it stale until a build succeeds)", file=sys.stderr)
         return PROBLEMS

@@ -566,6 +566,24 @@ def test_validate_in_a_checkout_also_checks_what_generate_checks(tmp_path):
     assert "kernels fit" not in r.stdout
 
 
+def test_a_failed_build_shows_the_compilers_errors_not_just_its_tail():
+    """Cython prints its error blocks first, then hundreds of warnings and a traceback per CPU
+    level: `fuel-cy build` picks the errors out, each once, C compiler errors too."""
+    from fuel_cy.cli import compile_errors
+
+    block = ("Error compiling Cython file:\n" + "-" * 60 + "\n...\n        return out, lse\n" + " " * 22 + "^\n"
+             + "-" * 60 + "\nfuel_cy/_core/entries.pxi:190:60: local variable 'lse' referenced before assignment")
+    noise = "\n".join(f"warning: fuel_cy/_core/blocks.pxi:{n}:4: Unreachable code" for n in range(400))
+    gcc = "fuel_cy/_core/fc_gemm.h:12:5: error: 'x' undeclared (first use in this function)"
+    output = "\n".join([block, noise, block, noise, "Traceback (most recent call last):", "  ...", gcc, gcc,
+                        "Cython.Compiler.Errors.CompileError: fuel_cy/_generated/_core_avx2.pyx"])
+    assert output[-4000:].count("referenced before assignment") == 0   # what the tail alone showed
+    errors = compile_errors(output)
+    assert errors == block + "\n\n" + gcc
+    assert compile_errors(noise) == ""
+    assert compile_errors(gcc + "\n" + gcc.replace("'x'", "'y'"), limit=50) == gcc[:50] + "\n…"
+
+
 def test_build_without_cython_says_what_to_run_and_writes_nothing(tmp_path):
     proj = _checkout(tmp_path / "proj")
     assert cli("generate", "--root", str(proj)).returncode == 0
