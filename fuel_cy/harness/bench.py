@@ -206,7 +206,8 @@ def run_bench(quick: bool = False, progress: Callable[[str], None] = lambda s: N
         ours64 = lambda: fuel_cy.attention_flash(q64, k64, v64, causal=causal)  # noqa: E731
         if torch is not None:
             t64 = [torch.from_numpy(x) for x in (q64, k64, v64)]
-            t_ours, t_peer = interleaved([ours64, lambda: torch.nn.functional.scaled_dot_product_attention(*t64, is_causal=causal)], reps=3)
+            peer64 = lambda: torch.nn.functional.scaled_dot_product_attention(*t64, is_causal=causal)  # noqa: E731
+            t_ours, t_peer = interleaved([ours64, peer64], reps=3 if quick else REPS)
             rows.append(_row("attention_flash", "F64", shape, t_ours * 1e3, flops, "torch SDPA f64", t_peer * 1e3))
         if s == (1024 if quick else 2048) and not causal:
             rows += _half_rows("attention_flash", shape, flops, progress, [q, k, v], fuel_cy.attention_flash)
@@ -274,7 +275,7 @@ def _backward_rows(torch, rng, quick, progress):
         o3, lse3 = fuel_cy.attention_varlen(q3, k3, v3, cu, cu, causal=causal, return_lse=True)
         saved = lambda: fuel_cy.attention_varlen_backward(q3, k3, v3, do3, cu, cu, out=o3, lse=lse3,  # noqa: E731
                                                           causal=causal)
-        t_ours, t_saved, t_peer = interleaved([ours, saved, peer], reps=3)
+        t_ours, t_saved, t_peer = interleaved([ours, saved, peer], reps=3 if quick else REPS)
         rows.append(_row("attention_flash_backward", "F32", shape, t_ours * 1e3, flops, "torch SDPA autograd bwd", t_peer * 1e3))
         rows.append(_row("attention_varlen_backward", "F32", shape, t_saved * 1e3, flops, "torch SDPA autograd bwd",
                          t_peer * 1e3, mode="out+lse"))
@@ -370,7 +371,7 @@ def _mixed_rows(torch, rng, quick, progress, probe):
                 [lambda: fuel_cy.attention_flash_mixed(q, k, v, causal=causal),
                  lambda: fuel_cy.attention_flash_mixed(q, k, v, causal=causal, round_p=True),
                  lambda: sdpa(tq, tk, tv, is_causal=causal),
-                 lambda: fuel_cy.attention_flash(*base, causal=causal)], reps=3)
+                 lambda: fuel_cy.attention_flash(*base, causal=causal)], reps=3 if quick else REPS)
             rows.append(_row("attention_flash_mixed", code, shape, t_ours * 1e3, flops, f"torch SDPA {code.lower()}",
                              t_peer * 1e3))
             rows.append(_row("attention_flash_mixed", code, shape, t_fast * 1e3, flops, f"torch SDPA {code.lower()}",
@@ -396,7 +397,7 @@ def _mixed_rows(torch, rng, quick, progress, probe):
                  lambda: fuel_cy.attention_masked_backward(q, k, v, do, out=saved[False][0], lse=saved[False][1],
                                                            round_p=False),
                  lambda: fuel_cy.attention_masked_backward(q, k, v, do, out=saved[True][0], lse=saved[True][1])],
-                reps=3)
+                reps=3 if quick else REPS)
             peer = f"torch SDPA autograd bwd {code.lower()}"
             rows.append(_row("attention_flash_backward_mixed", code, shape, t_ours * 1e3, 10 * 8 * s * s * d,
                              peer, t_peer * 1e3))
