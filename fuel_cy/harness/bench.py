@@ -64,7 +64,7 @@ def interleaved(fns: list[Callable[[], Any]], reps: int = REPS, warmup: int = 1,
         for f in fns:
             f()
     round_s = (time.perf_counter() - t0) / warmup if warmup else 0.0
-    if reps * round_s < min_seconds:
+    if warmup and reps * round_s < min_seconds:   # (no warm-up: nothing predicts a round)
         reps = max(reps, min(MAX_REPS, math.ceil(min_seconds / round_s) if round_s > 0 else MAX_REPS))
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
