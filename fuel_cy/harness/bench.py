@@ -25,7 +25,7 @@ from .tables import format_table
 REPS = 5
 # A group whose rounds are short takes more of them, up to MAX_REPS, so that its samples span at
 # least MIN_SECONDS: on a shared host a slow stretch lasts about a second, and three rounds of a
-# 15 ms call fell inside one (a backward read 25.9 ms in a run, 13.4-16 ms in every check after).
+# 15 ms call fell inside one (a backward read 25.9 ms in a run, 13.4-18 ms in every check after).
 MIN_SECONDS = 1.0
 MAX_REPS = 15
 
