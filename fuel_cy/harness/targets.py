@@ -23,20 +23,13 @@ def check(name: str, values: list[float], goal: float, fmt: str = "{:.2f}x",
 EXACT_P_PRODUCTS = {"exact-P forward": (1, 1), "exact-P backward": (2, 3)}
 
 
-def _exact_p(row: dict[str, Any]) -> bool:
-    """A float32-compute half-type row with P exact: a mixed kernel's default mode, or the
-    model-facing backward given out and lse with round_p=False (the bench's "out+lse" half rows)."""
-    if row["kernel"].endswith("_mixed"):
-        return row.get("mode") is None
-    return row["kernel"] == "attention_masked_backward" and row.get("mode") == "out+lse"
-
-
-def _p_in_t(row: dict[str, Any]) -> bool:
-    """A float32-compute half-type row with P rounded to T (round_p): a mixed kernel's "P in T"
-    rows, or the model-facing backward's given out and lse."""
-    if row["kernel"].endswith("_mixed"):
-        return row.get("mode") == "P in T"
-    return row["kernel"] == "attention_masked_backward" and row.get("mode") == "P in T, out+lse"
+def _p_mode(row: dict[str, Any]) -> Optional[str]:
+    """A float32-compute half-type row's P: "exact" or "P in T" (round_p), from a mixed kernel's
+    rows or the model-facing backward's given out and lse (the bench's "out+lse" half rows take
+    round_p=False); None for any other row."""
+    modes = ({None: "exact", "P in T": "P in T"} if row["kernel"].endswith("_mixed") else
+             {"out+lse": "exact", "P in T, out+lse": "P in T"} if row["kernel"] == "attention_masked_backward" else {})
+    return modes.get(row.get("mode"))
 
 
 def compute_kind(row: dict[str, Any], features: set[str]) -> Optional[str]:
@@ -51,9 +44,10 @@ def compute_kind(row: dict[str, Any], features: set[str]) -> Optional[str]:
         return None
     if dtype in ("F32", "F64"):
         return dtype.lower()
-    exact = _exact_p(row)
-    if not exact and not _p_in_t(row):
+    p_mode = _p_mode(row)
+    if p_mode is None:
         return None
+    exact = p_mode == "exact"
     if dtype == "BF16" and "avx512_bf16" in features and not {"amx_bf16", "amx_tile"} <= features:
         if exact:
             return "exact-P backward" if "backward" in row["kernel"] else "exact-P forward"
