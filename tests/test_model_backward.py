@@ -585,6 +585,12 @@ def test_torch_masked_gradient_through_lse_matches_float64(dtype):
         assert float((a.double() - r).abs().max()) <= 2e-5 * float(r.abs().max())
 
 
+def _memory(t: torch.Tensor) -> np.ndarray:
+    """The tensor's memory as fuel_cy's numpy input (bf16 as ml_dtypes.bfloat16)."""
+    t = t.detach()
+    return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_torch_sdpa_training_hands_the_backward_out_and_lse(dtype):
     """fuel_cy.torch's SDPA under autograd in float32 (and bf16) saves the forward's out and lse
@@ -598,18 +604,15 @@ def test_torch_sdpa_training_hands_the_backward_out_and_lse(dtype):
     grad = torch.randn(2, 4, 150, 32).to(dtype)
     got = torch.autograd.grad(ft.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), (q, k, v),
                               grad)
-    def n(t):   # the tensor's memory as fuel_cy's numpy input (bf16 as ml_dtypes.bfloat16)
-        t = t.detach()
-        return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
-    out, lse = fuel_cy.attention_masked(n(q), n(k), n(v), n(mask), return_lse=True)
-    want = fuel_cy.attention_masked_backward(n(q), n(k), n(v), n(grad), n(mask), out=out, lse=lse)
+    out, lse = fuel_cy.attention_masked(_memory(q), _memory(k), _memory(v), _memory(mask), return_lse=True)
+    want = fuel_cy.attention_masked_backward(_memory(q), _memory(k), _memory(v), _memory(grad), _memory(mask), out=out, lse=lse)
     for a, w in zip(got, want):
-        assert n(a).tobytes() == w.tobytes()
-    recomputed = fuel_cy.attention_masked_backward(n(q), n(k), n(v), n(grad), n(mask))
-    assert any(n(a).tobytes() != r.tobytes() for a, r in zip(got, recomputed))   # (another order)
-    ref = _ref_masked(n(q), n(k), n(v), n(grad), n(mask), None, False, float(np.float32(1 / np.sqrt(32))), None)
+        assert _memory(a).tobytes() == w.tobytes()
+    recomputed = fuel_cy.attention_masked_backward(_memory(q), _memory(k), _memory(v), _memory(grad), _memory(mask))
+    assert any(_memory(a).tobytes() != r.tobytes() for a, r in zip(got, recomputed))   # (another order)
+    ref = _ref_masked(_memory(q), _memory(k), _memory(v), _memory(grad), _memory(mask), None, False, float(np.float32(1 / np.sqrt(32))), None)
     for a, r in zip(got, ref):
-        assert _rel(n(a), r) <= TOL[np.dtype(BF16 if dtype == torch.bfloat16 else np.float32)]
+        assert _rel(_memory(a), r) <= TOL[np.dtype(BF16 if dtype == torch.bfloat16 else np.float32)]
 
 
 @pytest.mark.parametrize("kernel,dtype", [("attention_varlen", torch.float32), ("attention_flash_mixed", torch.bfloat16),
@@ -631,17 +634,14 @@ def test_torch_training_saves_out_and_lse_without_being_asked(kernel, dtype):
     assert isinstance(out, torch.Tensor) and out.shape == q.shape
     got = torch.autograd.grad(out, (q, k, v), grad)
 
-    def n(t):   # the tensor's memory as fuel_cy's numpy input (bf16 as ml_dtypes.bfloat16)
-        t = t.detach()
-        return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
-    args = (n(q), n(k), n(v), n(grad), *map(n, extra))
+    args = (_memory(q), _memory(k), _memory(v), _memory(grad), *map(_memory, extra))
     backward = getattr(fuel_cy, f"{kernel}_backward" if kernel == "attention_varlen" else "attention_flash_backward_mixed")
-    fwd_out, lse = getattr(fuel_cy, kernel)(n(q), n(k), n(v), *map(n, extra), causal=True, return_lse=True)
+    fwd_out, lse = getattr(fuel_cy, kernel)(_memory(q), _memory(k), _memory(v), *map(_memory, extra), causal=True, return_lse=True)
     saved = backward(*args, out=fwd_out, lse=lse, causal=True)
     recomputed = backward(*args, causal=True)
     want = recomputed if dtype == torch.float64 else saved
     for a, w in zip(got, want):
-        assert n(a).tobytes() == w.tobytes()
+        assert _memory(a).tobytes() == w.tobytes()
     if dtype != torch.float64:
         assert any(s.tobytes() != r.tobytes() for s, r in zip(saved, recomputed))   # (another order)
 
