@@ -387,6 +387,45 @@ def test_varlen_backward_of_one_causal_sequence_gives_flash_backwards_bits(dtype
             assert g.tobytes() == np.ascontiguousarray(w[0].transpose(1, 0, 2)).tobytes()
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_varlen_backward_given_out_and_lse_gives_each_sequences_masked_backward_bits(dtype):
+    """Given the forward's out and lse, each sequence's gradients are the bits
+    attention_masked_backward gives that sequence alone as [1, H, l, D] with the same out and lse,
+    and the rows between sequences are zero.  Lengths cover a step padded to NR rows, several key
+    tiles, a sequence of one query and an empty one; GQA; every form of the bf16 products and both
+    round_p modes for the half types."""
+    rng = np.random.default_rng(21)
+    lens, H, Hkv, D = [45, 300, 1, 0, 70], 4, 2, 72
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    q, do = (_rand(rng, (int(cu[-1]), H, D), dtype) for _ in range(2))
+    k, v = (_rand(rng, (int(cu[-1]), Hkv, D), dtype) for _ in range(2))
+    as4 = lambda x: x.transpose(1, 0, 2)[None].copy()   # noqa: E731
+    half = np.dtype(dtype).itemsize == 2
+    for form in each_bf16_score_form() if half else [None]:
+        for rp in (True, False) if half else (True,):
+            kw = dict(softmax_scale=0.25, causal=True, round_p=rp)   # (exact in f32: varlen's scale kind)
+            out, lse = fuel_cy.attention_varlen(q, k, v, cu, cu, return_lse=True, **kw)
+            got = fuel_cy.attention_varlen_backward(q, k, v, do, cu, cu, out=out, lse=lse, **kw)
+            for b in range(len(lens)):
+                rows = slice(int(cu[b]), int(cu[b + 1]))
+                if lens[b] == 0:
+                    continue
+                want = fuel_cy.attention_masked_backward(as4(q[rows]), as4(k[rows]), as4(v[rows]), as4(do[rows]),
+                                                         out=as4(out[rows]), lse=lse[None, :, rows].copy(), **kw)
+                for name, g, w in zip(("dq", "dk", "dv"), got, want):
+                    assert g[rows].tobytes() == np.ascontiguousarray(w[0].transpose(1, 0, 2)).tobytes(), (form, rp, b, name)
+            # rows no sequence reads are zero whatever the output's memory held (the half types'
+            # work arrays are reused from the call above, which wrote gradients there): sequence
+            # 1's queries without keys and its keys, the keys past seqused_k
+            used = np.array([45, 0, 1, 0, 60], np.uint32)
+            got = fuel_cy.attention_varlen_backward(q, k, v, do, cu, cu, None, used, **kw)
+            assert not np.any(got[0][int(cu[1]):int(cu[2])].astype(np.float64))
+            assert not np.any(got[1][int(cu[1]):int(cu[2])].astype(np.float64))
+            assert not np.any(got[1][int(cu[4]) + 60:].astype(np.float64))
+            assert not np.any(got[2][int(cu[4]) + 60:].astype(np.float64))
+            assert np.all(got[0][int(cu[4]) + 11:].astype(np.float64) != 0)   # (its first 10 precede every key, the 11th sees one)
+
+
 def test_varlen_backward_keeps_a_rank4_key_arrays_shape():
     rng = np.random.default_rng(6)
     q, do = _rand(rng, (30, 4, 16), np.float32), _rand(rng, (30, 4, 16), np.float32)

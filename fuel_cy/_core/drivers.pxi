@@ -786,6 +786,12 @@ cdef void _scatter_rows(const real_t* x, Py_ssize_t row0, Py_ssize_t n, Py_ssize
             memcpy(out + ((row0 + i) * H + h) * D, x + (h * n + i) * D, D * sizeof(real_t))
 
 
+cdef inline void _zero_span(char* x, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t row_bytes) noexcept:
+    """Rows r0 .. r1 of x (row_bytes each) set to zero; none where r1 <= r0."""
+    if r1 > r0:
+        memset(x + r0 * row_bytes, 0, (r1 - r0) * row_bytes)
+
+
 cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
                              const unsigned int* cu_q, const unsigned int* cu_k, const unsigned int* used,
                              const real_t* slopes, Py_ssize_t slopes_ld, const float* dlse, real_t* dq,
@@ -796,16 +802,19 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
     arrays).  Each sequence's rows are gathered into [1, H, l, D] operands and run through
     _backward with its bottom-right shift and flash-attn's ALiBi form; its gradients are scattered
     back.  Rows no sequence reads (past seqused_k, or a sequence without queries or keys) get
-    zero gradients.  dlse: the gradient of the forward's lse, [Hq, Tq] float32, or NULL.  fout,
+    zero gradients; the others are written by the scatter alone (the validators checked that the
+    offsets never decrease, so no two sequences share a row).  dlse: the gradient of the forward's lse, [Hq, Tq] float32, or NULL.  fout,
     flse: the forward's out (as dout) and lse ([Hq, Tq] float32), or NULL: gathered and passed as
     _backward's fwd_out and fwd_lse where it takes them (_saved_stats), else not read."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t Tk = NB * BS, b, q0, k0, lq, lk
-    memset(dq, 0, Tq * Hq * D * sizeof(real_t))
-    memset(dk, 0, Tk * Hkv * D * sizeof(real_t))
-    memset(dv, 0, Tk * Hkv * D * sizeof(real_t))
-    if Hq * D == 0:
+    # rows below zq (of dq) and zk (of dk and dv) are written or zeroed
+    cdef Py_ssize_t zq = 0, zk = 0
+    if Hq * D == 0:   # (no query head: dk and dv, if any, are zero)
+        memset(dq, 0, Tq * Hq * D * sizeof(real_t))
+        memset(dk, 0, Tk * Hkv * D * sizeof(real_t))
+        memset(dv, 0, Tk * Hkv * D * sizeof(real_t))
         return
     dt = _np.float32 if real_t is float else _np.float64
     cdef int nt
@@ -825,6 +834,11 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
             lk = used[b]
         if lq == 0 or lk == 0:
             continue
+        _zero_span(<char*>dq, zq, q0, Hq * D * sizeof(real_t))
+        _zero_span(<char*>dk, zk, k0, Hkv * D * sizeof(real_t))
+        _zero_span(<char*>dv, zk, k0, Hkv * D * sizeof(real_t))
+        zq = q0 + lq
+        zk = k0 + lk
         # one buffer per sequence: q, dout, dq [Hq, lq, D], then k, v, dk, dv [Hkv, lk, D]
         buf = _temp("varlen_bwd", ((4 if saved else 3) * Hq * lq * D + 4 * Hkv * lk * D,), dt)
         qg = <real_t*>cnp.PyArray_DATA(<cnp.ndarray>buf)
@@ -851,6 +865,9 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
             _scatter_rows(dqg, q0, lq, Hq, D, dq, nt)
             _scatter_rows(dkg, k0, lk, Hkv, D, dk, nt)
             _scatter_rows(dvg, k0, lk, Hkv, D, dv, nt)
+    _zero_span(<char*>dq, zq, Tq, Hq * D * sizeof(real_t))
+    _zero_span(<char*>dk, zk, Tk, Hkv * D * sizeof(real_t))
+    _zero_span(<char*>dv, zk, Tk, Hkv * D * sizeof(real_t))
 
 
 cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
