@@ -5,7 +5,7 @@ takes is a question of speed only, settled by measuring it there.  This script s
 choice through its test hook between calls, interleaved (form A, form B, A, B, ...), and prints
 the median times with the form this CPU takes at load marked, stamped with the CPU:
 
-    python benchmarks/forms.py [--reps N] [--json OUT]
+    python benchmarks/forms.py [--reps N] [--json OUT] [--only CHOICE ...]
 
 Run it on a CPU whose forms were not measured yet (a new micro-architecture) before changing the
 choice in `fc_uarch.h`; the forms it does not take are only timed, never chosen, here.
@@ -97,9 +97,11 @@ def _with_form(hook: Callable[..., Any], form: Any, call: Callable[[], Any]) -> 
     return run
 
 
-def measure(reps: int) -> dict[str, Any]:
+def measure(reps: int, only: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for choice, hook, forms, cases in _choices():
+        if only and choice not in only:
+            continue
         chosen = hook()
         try:
             for shape, call in cases:
@@ -117,8 +119,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7, help="interleaved repetitions per form (median)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--only", nargs="+", metavar="CHOICE", help="time these choices only (e.g. fc_gemm_block)")
     args = ap.parse_args()
-    result = measure(args.reps)
+    result = measure(args.reps, args.only)
     m = result["machine"]
     print(f"{m['cpu']} ({m['cpu_id']}), level {m['cpu_capability']}, {m['threads']} threads, "
           f"median of {args.reps}; * = the form this CPU takes at load\n")
