@@ -803,9 +803,10 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
     _backward with its bottom-right shift and flash-attn's ALiBi form; its gradients are scattered
     back.  Rows no sequence reads (past seqused_k, or a sequence without queries or keys) get
     zero gradients; the others are written by the scatter alone (the validators checked that the
-    offsets never decrease, so no two sequences share a row).  dlse: the gradient of the forward's lse, [Hq, Tq] float32, or NULL.  fout,
-    flse: the forward's out (as dout) and lse ([Hq, Tq] float32), or NULL: gathered and passed as
-    _backward's fwd_out and fwd_lse where it takes them (_saved_stats), else not read."""
+    offsets never decrease, so no two sequences share a row).  dlse: the gradient of the
+    forward's lse, [Hq, Tq] float32, or NULL.  fout, flse: the forward's out (as dout) and lse
+    ([Hq, Tq] float32), or NULL: gathered and passed as _backward's fwd_out and fwd_lse where it
+    takes them (_saved_stats), else not read."""
     cdef Py_ssize_t Tq, NB, BS, B1, Hq, Hkv, D
     Tq, NB, BS, B1, Hq, Hkv, D = dims
     cdef Py_ssize_t Tk = NB * BS, b, q0, k0, lq, lk
