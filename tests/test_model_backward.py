@@ -371,6 +371,16 @@ def test_half_varlen_backward_given_out_and_lse_matches_float64(dtype):
             assert not np.any(got[0][int(cq[4]):int(cq[5])].astype(np.float64))
 
 
+def _as_heads(x: np.ndarray) -> np.ndarray:
+    """Packed varlen rows [l, H, D] as one batch item's heads [1, H, l, D], a fresh array."""
+    return x.transpose(1, 0, 2)[None].copy()
+
+
+def _as_rows(x: np.ndarray) -> np.ndarray:
+    """_as_heads undone: [1, H, l, D] as packed rows [l, H, D], C-contiguous."""
+    return np.ascontiguousarray(x[0].transpose(1, 0, 2))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_varlen_backward_of_one_causal_sequence_gives_flash_backwards_bits(dtype):
     rng = np.random.default_rng(5)
@@ -378,13 +388,12 @@ def test_varlen_backward_of_one_causal_sequence_gives_flash_backwards_bits(dtype
     q, k, v, do = (_rand(rng, (S, H, D), dtype) for _ in range(4))
     cu = np.array([0, S], np.uint32)
     flash = fuel_cy.attention_flash_backward_mixed if np.dtype(dtype).itemsize == 2 else fuel_cy.attention_flash_backward
-    as4 = lambda x: np.ascontiguousarray(x.transpose(1, 0, 2)[None])   # noqa: E731
     for rp in (True, False):   # (half types in the same round_p mode)
         got = fuel_cy.attention_varlen_backward(q, k, v, do, cu, cu, softmax_scale=0.2, causal=True, round_p=rp)
-        want = flash(as4(q), as4(k), as4(v), as4(do), softmax_scale=0.2, causal=True,
+        want = flash(_as_heads(q), _as_heads(k), _as_heads(v), _as_heads(do), softmax_scale=0.2, causal=True,
                      **({"round_p": rp} if flash is fuel_cy.attention_flash_backward_mixed else {}))
         for g, w in zip(got, want):
-            assert g.tobytes() == np.ascontiguousarray(w[0].transpose(1, 0, 2)).tobytes()
+            assert g.tobytes() == _as_rows(w).tobytes()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -399,7 +408,6 @@ def test_varlen_backward_given_out_and_lse_gives_each_sequences_masked_backward_
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
     q, do = (_rand(rng, (int(cu[-1]), H, D), dtype) for _ in range(2))
     k, v = (_rand(rng, (int(cu[-1]), Hkv, D), dtype) for _ in range(2))
-    as4 = lambda x: x.transpose(1, 0, 2)[None].copy()   # noqa: E731
     half = np.dtype(dtype).itemsize == 2
     for form in each_bf16_score_form() if half else [None]:
         for rp in (True, False) if half else (True,):
@@ -410,10 +418,11 @@ def test_varlen_backward_given_out_and_lse_gives_each_sequences_masked_backward_
                 rows = slice(int(cu[b]), int(cu[b + 1]))
                 if lens[b] == 0:
                     continue
-                want = fuel_cy.attention_masked_backward(as4(q[rows]), as4(k[rows]), as4(v[rows]), as4(do[rows]),
-                                                         out=as4(out[rows]), lse=lse[None, :, rows].copy(), **kw)
+                want = fuel_cy.attention_masked_backward(_as_heads(q[rows]), _as_heads(k[rows]), _as_heads(v[rows]),
+                                                         _as_heads(do[rows]), out=_as_heads(out[rows]),
+                                                         lse=lse[None, :, rows].copy(), **kw)
                 for name, g, w in zip(("dq", "dk", "dv"), got, want):
-                    assert g[rows].tobytes() == np.ascontiguousarray(w[0].transpose(1, 0, 2)).tobytes(), (form, rp, b, name)
+                    assert g[rows].tobytes() == _as_rows(w).tobytes(), (form, rp, b, name)
             # rows no sequence reads are zero whatever the output's memory held (the half types'
             # work arrays are reused from the call above, which wrote gradients there): sequence
             # 1's queries without keys and its keys, the keys past seqused_k
