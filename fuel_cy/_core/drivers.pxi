@@ -792,6 +792,16 @@ cdef inline void _zero_span(char* x, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ro
         memset(x + r0 * row_bytes, 0, (r1 - r0) * row_bytes)
 
 
+cdef inline void _zero_grad_spans(real_t* dq, real_t* dk, real_t* dv, Py_ssize_t q0, Py_ssize_t q1,
+                                  Py_ssize_t k0, Py_ssize_t k1, Py_ssize_t Hq, Py_ssize_t Hkv,
+                                  Py_ssize_t D) noexcept:
+    """_varlen_backward's rows that no sequence reads: dq's q0 .. q1 ([T, Hq, D] rows), dk's and
+    dv's k0 .. k1 ([T, Hkv, D] rows)."""
+    _zero_span(<char*>dq, q0, q1, Hq * D * sizeof(real_t))
+    _zero_span(<char*>dk, k0, k1, Hkv * D * sizeof(real_t))
+    _zero_span(<char*>dv, k0, k1, Hkv * D * sizeof(real_t))
+
+
 cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const real_t* dout,
                              const unsigned int* cu_q, const unsigned int* cu_k, const unsigned int* used,
                              const real_t* slopes, Py_ssize_t slopes_ld, const float* dlse, real_t* dq,
@@ -813,9 +823,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
     # rows below zq (of dq) and zk (of dk and dv) are written or zeroed
     cdef Py_ssize_t zq = 0, zk = 0
     if Hq * D == 0:   # (no query head: dk and dv, if any, are zero)
-        memset(dq, 0, Tq * Hq * D * sizeof(real_t))
-        memset(dk, 0, Tk * Hkv * D * sizeof(real_t))
-        memset(dv, 0, Tk * Hkv * D * sizeof(real_t))
+        _zero_grad_spans(dq, dk, dv, 0, Tq, 0, Tk, Hq, Hkv, D)
         return
     dt = _np.float32 if real_t is float else _np.float64
     cdef int nt
@@ -835,9 +843,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
             lk = used[b]
         if lq == 0 or lk == 0:
             continue
-        _zero_span(<char*>dq, zq, q0, Hq * D * sizeof(real_t))
-        _zero_span(<char*>dk, zk, k0, Hkv * D * sizeof(real_t))
-        _zero_span(<char*>dv, zk, k0, Hkv * D * sizeof(real_t))
+        _zero_grad_spans(dq, dk, dv, zq, q0, zk, k0, Hq, Hkv, D)
         zq = q0 + lq
         zk = k0 + lk
         # one buffer per sequence: q, dout, dq [Hq, lq, D], then k, v, dk, dv [Hkv, lk, D]
@@ -866,9 +872,7 @@ cdef object _varlen_backward(rnd_t tag, const real_t* q, const real_t* k, const 
             _scatter_rows(dqg, q0, lq, Hq, D, dq, nt)
             _scatter_rows(dkg, k0, lk, Hkv, D, dk, nt)
             _scatter_rows(dvg, k0, lk, Hkv, D, dv, nt)
-    _zero_span(<char*>dq, zq, Tq, Hq * D * sizeof(real_t))
-    _zero_span(<char*>dk, zk, Tk, Hkv * D * sizeof(real_t))
-    _zero_span(<char*>dv, zk, Tk, Hkv * D * sizeof(real_t))
+    _zero_grad_spans(dq, dk, dv, zq, Tq, zk, Tk, Hq, Hkv, D)
 
 
 cdef object _varlen(rnd_t tag, const real_t* q, const real_t* k, const real_t* v, const unsigned short* k16,
