@@ -139,9 +139,10 @@ def test_micro_architecture_choices_follow_the_vendor():
     """fc_uarch.h, at AVX-512: AMD CPUs take 32 backward rows per step (128 where all five
     products run on vdpbf16ps) and the narrow register block of Q K^T and P V, the others
     (Intel, measured faster in each) 64 rows and the wide block; every CPU measured took the
-    strided PV form and, at AVX-512, two register blocks per A^T copy.  Below AVX-512 every CPU
-    takes the strided PV form, 64 rows, one block per copy and the narrow register block (the
-    only one its 16 registers hold)."""
+    strided PV form and, at AVX-512, two register blocks per A^T copy; AMD CPUs at AVX-512 ask
+    for dK's and dV's rows ahead where the two pass 1 MB (Zen 4's L2), the others never.  Below
+    AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow register
+    block (the only one its 16 registers hold) and no requests ahead."""
     from fuel_cy import _cpuid
 
     _, vendor, _, _ = _cpuid.probe()
@@ -153,6 +154,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_tn_blocks() == (2 if avx512 else 1)
     assert core()._test_gemm_blocks() == (["narrow", "wide"] if avx512 else ["narrow"])
     assert core()._test_gemm_block() == ("wide" if avx512 and not amd512 else "narrow")
+    assert core()._test_tn_prefetch_above() == (1 << 20 if amd512 else -1)
 
 
 def test_f16_form_follows_the_instruction_set():
@@ -180,9 +182,12 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
     Q K^T and P V (D = 115: at AVX-512 one wide block of columns, then a narrow one, a vector
     and 3 scalar columns; 64-row tiles in 6-row blocks and a 4-row one, the last 6 rows in a 6
     and a 2; 200 keys: a 128-key tile and one of 72, a wide and a narrow block of scores), the
-    last in float32's varlen backward given the forward's out and lse too."""
+    last in float32's varlen backward given the forward's out and lse too, and whether those
+    dK and dV products ask for their next block's rows ahead (never, or always: D = 32, so the
+    150-key products run their spans, the last span's requests cut at the last key)."""
     c = core()
     pv, rows, blocks, block = c._test_pv_form(), c._test_bwd_rows(), c._test_tn_blocks(), c._test_gemm_block()
+    above = c._test_tn_prefetch_above()
     rng = np.random.default_rng(22)
     r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
     q, k, v, do = r(1, 2, 70, 115), r(1, 2, 200, 115), r(1, 2, 200, 115), r(1, 2, 70, 115)
@@ -205,15 +210,18 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
             for n in (16, 32, 64):
                 for nb in (1, 2):
                     for gb in c._test_gemm_blocks():
-                        assert c._test_pv_form(form) == form and c._test_bwd_rows(n) == n
-                        assert c._test_tn_blocks(nb) == nb and c._test_gemm_block(gb) == gb
-                        for i, (name, args, params) in enumerate(calls):
-                            seen.setdefault((i, name), []).append(_bits(getattr(fuel_cy, name)(*args, **params)))
+                        for pf in (-1, 0):
+                            assert c._test_pv_form(form) == form and c._test_bwd_rows(n) == n
+                            assert c._test_tn_blocks(nb) == nb and c._test_gemm_block(gb) == gb
+                            assert c._test_tn_prefetch_above(pf) == pf
+                            for i, (name, args, params) in enumerate(calls):
+                                seen.setdefault((i, name), []).append(_bits(getattr(fuel_cy, name)(*args, **params)))
     finally:
         c._test_pv_form(pv)
         c._test_bwd_rows(rows)
         c._test_tn_blocks(blocks)
         c._test_gemm_block(block)
+        c._test_tn_prefetch_above(above)
     for name, bits in seen.items():
         assert all(b == bits[0] for b in bits), name
     with pytest.raises(ValueError):
@@ -222,3 +230,5 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
         c._test_tn_blocks(3)
     with pytest.raises(ValueError):
         c._test_gemm_block("square")
+    with pytest.raises(ValueError):
+        c._test_tn_prefetch_above(-2)

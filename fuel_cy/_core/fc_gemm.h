@@ -254,13 +254,27 @@ FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_ACC)
             memcpy(blk + k * (NB) * FC_NRB, A + k * ak + i0, (NB) * FC_NRB * sizeof(T));         \
         for (int h = 0; h < (NB); h++) {                                                         \
             ptrdiff_t i = i0 + h * FC_NRB;                                                       \
-            for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W)                                      \
+            for (ptrdiff_t c0 = 0; c0 < ncols; c0 += 2 * W) {                                    \
+                if (pf) FC_TN_PREFETCH_NEXT(T, W, i, c0)                                         \
                 FC_ACC_BLOCK(T, SUF, W, FC_NRB, blk + k * (NB) * FC_NRB + h * FC_NRB, 1)         \
+            }                                                                                    \
+        }                                                                                        \
+    }
+/* The rows of C the register block after (i, c0) reads (the next columns of these rows, else the
+ * next rows' first columns), asked for ahead (pf); none past row nrows4. */
+#define FC_TN_PREFETCH_NEXT(T, W, i, c0)                                                         \
+    {                                                                                            \
+        ptrdiff_t pi = (c0) + 2 * (W) < ncols ? (i) : (i) + FC_NRB;                              \
+        ptrdiff_t pc = (c0) + 2 * (W) < ncols ? (c0) + 2 * (W) : 0;                              \
+        for (int r = 0; r < FC_NRB && pi + r < nrows4; r++) {                                    \
+            __builtin_prefetch(C + (pi + r) * ldc + pc, 0, 3);                                   \
+            __builtin_prefetch(C + (pi + r) * ldc + pc + (W), 0, 3);                             \
         }                                                                                        \
     }
 #define FC_DEFINE_GEMM_TN(T, SUF, W)                                                             \
 static inline void fc_gemm_tn_##SUF(const T* A, ptrdiff_t ak, ptrdiff_t nrows4, ptrdiff_t K,     \
-                                    const T* B, ptrdiff_t ldb, ptrdiff_t ncols, T* C, ptrdiff_t ldc) { \
+                                    const T* B, ptrdiff_t ldb, ptrdiff_t ncols, T* C, ptrdiff_t ldc, \
+                                    int pf) {                                                    \
     if (K > 64 || ncols % (2 * W) != 0) {                                                        \
         fc_gemm_acc_##SUF(A, 1, ak, nrows4, K, B, ldb, ncols, C, ldc);                           \
         return;                                                                                  \

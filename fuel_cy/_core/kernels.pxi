@@ -1077,6 +1077,8 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef bint rvec = kvp != NULL and not tiles   # round_p's vdpbf16ps products (D even: _backward)
     cdef int nterms = 1 if o.round_p else 3
     cdef Py_ssize_t R2, nct
+    # dK's and dV's accumulators past L2: C += A^T B asks for their rows ahead (fc_uarch.h)
+    cdef int tn_pf = fc_tn_prefetch_above >= 0 and 2 * Skp * D * <Py_ssize_t>sizeof(real_t) > fc_tn_prefetch_above
     cdef bint split = False   # (o.f16s: this step's dS split too, every value finite)
     # dK and dV accumulate [key][D], or [D][Skp] (held transposed) on the tiles and under rvec
     cdef bint transposed = tiles or rvec
@@ -1239,11 +1241,11 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
                         fc_qk_dpbf16_part(Qp, 0, D, R2, 0, <unsigned int*>Pt, dVa + t * BC, Skp, 0, BC, 1)
                         fc_qk_dpbf16_part(dOp, 0, D, R2, 0, <unsigned int*>dSt, dKa + t * BC, Skp, 0, BC, 1)
                 elif real_t is float:
-                    fc_gemm_tn_f32(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
-                    fc_gemm_tn_f32(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
+                    fc_gemm_tn_f32(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D, tn_pf)
+                    fc_gemm_tn_f32(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D, tn_pf)
                 else:
-                    fc_gemm_tn_f64(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D)
-                    fc_gemm_tn_f64(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D)
+                    fc_gemm_tn_f64(S, Skp, n4, nr, dOs, D, D, dVa + kofs * D, D, tn_pf)
+                    fc_gemm_tn_f64(dP, Skp, n4, nr, Qs, D, D, dKa + kofs * D, D, tn_pf)
             else:
                 transpose_pad(S, Skp, nr4, n, n4, Pt)
                 transpose_pad(dP, Skp, nr4, n, n4, dSt)
@@ -1476,11 +1478,11 @@ cdef inline void backward_task_saved(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0,
                     fc_qk_dpbf16_part(Qp, 0, D, R2, 0, Pt, dVa, BC, 0, ncs, 1)
                     fc_qk_dpbf16_part(dOp, 0, D, R2, 0, dSt, dKa, BC, 0, ncs, 1)
                 elif rnd_t is RoundNone and real_t is float:
-                    fc_gemm_tn_f32(S, BC, n4, nr, dOr, D, D, dVa, D)
-                    fc_gemm_tn_f32(dP, BC, n4, nr, Qr, D, D, dKa, D)
+                    fc_gemm_tn_f32(S, BC, n4, nr, dOr, D, D, dVa, D, 0)
+                    fc_gemm_tn_f32(dP, BC, n4, nr, Qr, D, D, dKa, D, 0)
                 elif rnd_t is RoundNone:
-                    fc_gemm_tn_f64(S, BC, n4, nr, dOr, D, D, dVa, D)
-                    fc_gemm_tn_f64(dP, BC, n4, nr, Qr, D, D, dKa, D)
+                    fc_gemm_tn_f64(S, BC, n4, nr, dOr, D, D, dVa, D, 0)
+                    fc_gemm_tn_f64(dP, BC, n4, nr, Qr, D, D, dKa, D, 0)
         for j in range(nc):
             for d in range(D):
                 dk[((b * sh.Hkv + hk) * Sk + j0 + j) * D + d] = R(tag, scale * dKa[j * per_key + d * per_col])

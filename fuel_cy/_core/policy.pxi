@@ -46,14 +46,15 @@ cdef extern from "fc_simd.h" nogil:
     void fc_gemm_acc_f64(const double* A, Py_ssize_t ai, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
                          const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
     void fc_gemm_tn_f32(const float* A, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
-                        const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc)
+                        const float* B, Py_ssize_t ldb, Py_ssize_t ncols, float* C, Py_ssize_t ldc, int pf)
     void fc_gemm_tn_f64(const double* A, Py_ssize_t ak, Py_ssize_t nrows4, Py_ssize_t K,
-                        const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc)
+                        const double* B, Py_ssize_t ldb, Py_ssize_t ncols, double* C, Py_ssize_t ldc, int pf)
     bint FC_HAVE_DPBF16
 
     # fc_uarch.h: choices inside a level per micro-architecture
     int fc_bwd_rows   # query rows per backward step (at most BR_BWD)
     int fc_bwd_rows_pairs   # the same where all five products run on vdpbf16ps
+    Py_ssize_t fc_tn_prefetch_above   # dK and dV bytes above which C += A^T B asks for C's rows ahead (-1: never)
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
     # fc_amx.h: one tile configuration per task (between these two, on one thread)
