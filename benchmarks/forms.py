@@ -64,7 +64,7 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
          [("backward f32 B=1 H=8 S=2048 D=64", _backward(np.float32, 2048, 64)),
           ("backward f32 B=1 H=8 S=2048 D=128", _backward(np.float32, 2048, 128))]),
         # never, or above 1 MB (Zen 4's L2): S=2048 D=64 lies at it, the other two past it
-        ("fc_tn_prefetch_above", c._test_tn_prefetch_above, [-1, 1 << 20],
+        ("fc_tn_ahead", c._test_tn_ahead, [-1, 1 << 20],
          [("backward f32 B=1 H=8 S=2048 D=64", _backward(np.float32, 2048, 64)),
           ("backward f32 B=1 H=8 S=2048 D=128", _backward(np.float32, 2048, 128)),
           ("backward f32 B=1 H=8 S=4096 D=64", _backward(np.float32, 4096, 64))]),

@@ -154,7 +154,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_tn_blocks() == (2 if avx512 else 1)
     assert core()._test_gemm_blocks() == (["narrow", "wide"] if avx512 else ["narrow"])
     assert core()._test_gemm_block() == ("wide" if avx512 and not amd512 else "narrow")
-    assert core()._test_tn_prefetch_above() == (1 << 20 if amd512 else -1)
+    assert core()._test_tn_ahead() == (1 << 20 if amd512 else -1)
 
 
 def test_f16_form_follows_the_instruction_set():
@@ -187,7 +187,7 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
     150-key products run their spans, the last span's requests cut at the last key)."""
     c = core()
     pv, rows, blocks, block = c._test_pv_form(), c._test_bwd_rows(), c._test_tn_blocks(), c._test_gemm_block()
-    above = c._test_tn_prefetch_above()
+    above = c._test_tn_ahead()
     rng = np.random.default_rng(22)
     r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
     q, k, v, do = r(1, 2, 70, 115), r(1, 2, 200, 115), r(1, 2, 200, 115), r(1, 2, 70, 115)
@@ -213,7 +213,7 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
                         for pf in (-1, 0):
                             assert c._test_pv_form(form) == form and c._test_bwd_rows(n) == n
                             assert c._test_tn_blocks(nb) == nb and c._test_gemm_block(gb) == gb
-                            assert c._test_tn_prefetch_above(pf) == pf
+                            assert c._test_tn_ahead(pf) == pf
                             for i, (name, args, params) in enumerate(calls):
                                 seen.setdefault((i, name), []).append(_bits(getattr(fuel_cy, name)(*args, **params)))
     finally:
@@ -221,7 +221,7 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
         c._test_bwd_rows(rows)
         c._test_tn_blocks(blocks)
         c._test_gemm_block(block)
-        c._test_tn_prefetch_above(above)
+        c._test_tn_ahead(above)
     for name, bits in seen.items():
         assert all(b == bits[0] for b in bits), name
     with pytest.raises(ValueError):
@@ -231,4 +231,4 @@ def test_micro_architecture_choices_give_the_same_bits(dtype):
     with pytest.raises(ValueError):
         c._test_gemm_block("square")
     with pytest.raises(ValueError):
-        c._test_tn_prefetch_above(-2)
+        c._test_tn_ahead(-2)

@@ -76,7 +76,7 @@ static int fc_tn_blocks = 1;   /* 1 or 2 */
  * 1 MB L2 (S=2048 D=64) and in the key-tiles-outer order (a key tile's accumulators stay in
  * cache, so it never asks) the requests only cost issue slots: 0.96-0.99x.  Intel keeps -1
  * (unmeasured).  Every sum is the same either way. */
-static ptrdiff_t fc_tn_prefetch_above = -1;
+static ptrdiff_t fc_tn_ahead = -1;
 
 /* Whether the compiler is at least gcc G or clang C: new instructions written as inline assembly
  * need an assembler that knows them, which comes with compilers of about that age. */
@@ -148,7 +148,7 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_bwd_rows = amd512 ? 32 : 64;
     fc_bwd_rows_pairs = amd512 ? 128 : 64;
     fc_tn_blocks = FC_VBYTES == 64 ? 2 : 1;
-    fc_tn_prefetch_above = amd512 ? (ptrdiff_t)1 << 20 : -1;
+    fc_tn_ahead = amd512 ? (ptrdiff_t)1 << 20 : -1;
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
     if (FC_HAVE_AMX && have[FC_F_AMX_TILE] && have[FC_F_AMX_BF16]) fc_amx_state = fc_amx_permitted() ? 1 : 2;

@@ -1078,7 +1078,7 @@ cdef inline void backward_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_
     cdef int nterms = 1 if o.round_p else 3
     cdef Py_ssize_t R2, nct
     # dK's and dV's accumulators past L2: C += A^T B asks for their rows ahead (fc_uarch.h)
-    cdef int tn_pf = fc_tn_prefetch_above >= 0 and 2 * Skp * D * <Py_ssize_t>sizeof(real_t) > fc_tn_prefetch_above
+    cdef int tn_pf = fc_tn_ahead >= 0 and 2 * Skp * D * <Py_ssize_t>sizeof(real_t) > fc_tn_ahead
     cdef bint split = False   # (o.f16s: this step's dS split too, every value finite)
     # dK and dV accumulate [key][D], or [D][Skp] (held transposed) on the tiles and under rvec
     cdef bint transposed = tiles or rvec

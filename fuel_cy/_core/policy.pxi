@@ -54,7 +54,7 @@ cdef extern from "fc_simd.h" nogil:
     # fc_uarch.h: choices inside a level per micro-architecture
     int fc_bwd_rows   # query rows per backward step (at most BR_BWD)
     int fc_bwd_rows_pairs   # the same where all five products run on vdpbf16ps
-    Py_ssize_t fc_tn_prefetch_above   # dK and dV bytes above which C += A^T B asks for C's rows ahead (-1: never)
+    Py_ssize_t fc_tn_ahead   # dK and dV bytes above which C += A^T B asks for C's rows ahead (-1: never)
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
     # fc_amx.h: one tile configuration per task (between these two, on one thread)

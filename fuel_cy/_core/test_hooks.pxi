@@ -175,16 +175,16 @@ def _test_tn_blocks(blocks=None):
     return fc_tn_blocks
 
 
-def _test_tn_prefetch_above(nbytes=None):
+def _test_tn_ahead(nbytes=None):
     """Testing hook: the bytes of dK and dV (2 x Sk x D) above which the recomputing backward's
     C += A^T B asks for the next register block's rows of C ahead, -1 for never (chosen per CPU
-    at load time: fc_uarch.h fc_tn_prefetch_above); with an argument, switch to it first."""
-    global fc_tn_prefetch_above
+    at load time: fc_uarch.h fc_tn_ahead); with an argument, switch to it first."""
+    global fc_tn_ahead
     if nbytes is not None:
         if nbytes < -1:
             raise ValueError(nbytes)
-        fc_tn_prefetch_above = nbytes
-    return fc_tn_prefetch_above
+        fc_tn_ahead = nbytes
+    return fc_tn_ahead
 
 
 def _test_bwd_rows(rows=None):
