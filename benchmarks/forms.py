@@ -50,6 +50,30 @@ def _backward_mixed(s: int, d: int) -> Callable[[], Any]:
     return lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do)
 
 
+def _varlen_paged(dtype, chunks_only: bool) -> Callable[[], Any]:
+    """The bench's paged decode mix (fuel_cy.harness.bench, seed 0): 16 sequences of 512-4096 keys
+    over a pool of 16-key blocks in random order, Hq=8 Hkv=2 D=128, 14 decode steps and two chunks
+    of 8 and 4 queries; or (chunks_only) the two chunks alone."""
+    rng = np.random.default_rng(0)
+    b, hq, hkv, d, bs = 16, 8, 2, 128, 16
+    lens_k = rng.integers(512, 4097, b)
+    lens_q = np.ones(b, np.int64)
+    lens_q[:2] = (8, 4)
+    per = [-(-int(n) // bs) for n in lens_k]
+    order = rng.permutation(sum(per)).astype(np.uint32)
+    table = np.zeros((b, max(per)), np.uint32)
+    start = 0
+    for s, n in enumerate(per):
+        table[s, :n] = order[start:start + n]
+        start += n
+    kp, vp = (rng.standard_normal((sum(per), bs, hkv, d)).astype(dtype) for _ in range(2))
+    if chunks_only:
+        lens_q, lens_k, table = lens_q[:2], lens_k[:2], table[:2]
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(x)]).astype(np.uint32) for x in (lens_q, lens_k))
+    q = rng.standard_normal((int(cu_q[-1]), hq, d)).astype(dtype)
+    return lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, causal=True)
+
+
 def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
     """(choice, its hook, the forms to time, [(shape, call)]) for every choice this level has."""
     c = core()
@@ -68,6 +92,11 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
          [("backward f32 B=1 H=8 S=2048 D=64", _backward(np.float32, 2048, 64)),
           ("backward f32 B=1 H=8 S=2048 D=128", _backward(np.float32, 2048, 128)),
           ("backward f32 B=1 H=8 S=4096 D=64", _backward(np.float32, 4096, 64))]),
+        ("fc_chunk_spread", c._test_chunk_spread, [False, True],
+         [("varlen paged decode mix f32 (bench's, seed 0)", _varlen_paged(np.float32, False)),
+          ("varlen paged decode mix f64", _varlen_paged(np.float64, False)),
+          ("varlen paged chunks of 8 and 4 queries f32", _varlen_paged(np.float32, True)),
+          ("varlen paged chunks of 8 and 4 queries f64", _varlen_paged(np.float64, True))]),
     ]
     if len(c._test_gemm_blocks()) > 1:
         out.append(("fc_gemm_block", c._test_gemm_block, c._test_gemm_blocks(),

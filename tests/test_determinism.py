@@ -140,9 +140,11 @@ def test_micro_architecture_choices_follow_the_vendor():
     products run on vdpbf16ps) and the narrow register block of Q K^T and P V, the others
     (Intel, measured faster in each) 64 rows and the wide block; every CPU measured took the
     strided PV form and, at AVX-512, two register blocks per A^T copy; AMD CPUs at AVX-512 ask
-    for dK's and dV's rows ahead where the two pass 1 MB (Zen 4's L2), the others never.  Below
-    AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow register
-    block (the only one its 16 registers hold) and no requests ahead."""
+    for dK's and dV's rows ahead where the two pass 1 MB (Zen 4's L2), the others never, and a
+    chunk's tiles ask for their next rows a line per product step (the others all at once).
+    Below AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow
+    register block (the only one its 16 registers hold), no requests ahead and the chunks' rows
+    asked for at once."""
     from fuel_cy import _cpuid
 
     _, vendor, _, _ = _cpuid.probe()
@@ -155,6 +157,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_gemm_blocks() == (["narrow", "wide"] if avx512 else ["narrow"])
     assert core()._test_gemm_block() == ("wide" if avx512 and not amd512 else "narrow")
     assert core()._test_tn_ahead() == (1 << 20 if amd512 else -1)
+    assert core()._test_chunk_spread() is amd512
 
 
 def test_f16_form_follows_the_instruction_set():

@@ -400,6 +400,26 @@ cdef inline void qk_tile(rnd_t tag, real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, 
                 S[(i + 3) * lds + j0 + l] = acc3[l]
 
 
+cdef inline void qk_tile_pf(real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, real_t* Kt, real_t* S, Py_ssize_t lds,
+                            Py_ssize_t ncols, fc_pf_stream* pf) noexcept nogil:
+    """qk_tile's sums (float32/float64 compute), each step of d also asking for a line of pf's rows
+    (fc_isa.h fc_pf_step)."""
+    if real_t is float:
+        fc_qk_pf_f32(Q, nrows4, D, Kt, S, lds, ncols, pf)
+    else:
+        fc_qk_pf_f64(Q, nrows4, D, Kt, S, lds, ncols, pf)
+
+
+cdef inline void pv_accum_pf(real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, real_t** vrows,
+                             Py_ssize_t D, real_t* O, Py_ssize_t ldo, fc_pf_stream* pf) noexcept nogil:
+    """pv_accum's sums (float32/float64 compute), each step of j also asking for a line of pf's
+    rows."""
+    if real_t is float:
+        fc_pv_pf_f32(P, ldp, nrows4, ncols, vrows, pf, D, O, ldo)
+    else:
+        fc_pv_pf_f64(P, ldp, nrows4, ncols, vrows, pf, D, O, ldo)
+
+
 cdef inline void pv_accum(rnd_t tag, real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols,
                           real_t** vrows, Py_ssize_t D, real_t* O, Py_ssize_t ldo) noexcept nogil:
     """O[i, :] += sum_j P[i, j] * vrows[j][:], sequential over j (rows padded to NR)."""

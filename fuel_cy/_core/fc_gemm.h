@@ -18,14 +18,16 @@
 #include "fc_uarch.h"    /* fc_pv_form, fc_tn_blocks, fc_bf16_form */
 #include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
-/* One register block of S = Q Kt: NRB rows x NV vectors of columns at (i, j0), sequential over d. */
-#define FC_QK_BLOCK(T, SUF, W, NRB, NV)                                                          \
+/* One register block of S = Q Kt: NRB rows x NV vectors of columns at (i, j0), sequential over d.
+ * PF: what each step of d also does (FC_QK_PF_NONE, FC_QK_PF_STREAM). */
+#define FC_QK_BLOCK(T, SUF, W, PF, NRB, NV)                                                      \
     {                                                                                            \
         const T* q[NRB];                                                                         \
         for (int r = 0; r < NRB; r++) q[r] = Q + (i + r) * D;                                    \
         fc_vec_##SUF a[NRB][NV] = {{{0}}};                                                        \
         const T* kp = Kt + j0;                                                                   \
         for (ptrdiff_t d = 0; d < D; d++, kp += FC_BC) {                                         \
+            PF                                                                                   \
             fc_vec_##SUF k[NV];                                                                  \
             for (int c = 0; c < NV; c++) k[c] = fc_load_##SUF(kp + c * W);                       \
             for (int r = 0; r < NRB; r++)                                                        \
@@ -87,14 +89,24 @@
     if (d0 == 0 && i == 0 && (j) + FC_PREFETCH < ncols)                                          \
         fc_prefetch_row(vrows[(j) + FC_PREFETCH], D * sizeof(*O));
 #define FC_PF_NONE(j)
+/* (fc_pv_pf_*: each column block's first row block asks for its own slice of the rows ahead into
+ * L1 (two vectors: the narrow block's, fc_chunk_spread's CPUs), where FC_PF_PTR asks for whole
+ * rows in the first column block only, which left L1 before the later blocks read them (P V
+ * waited on its V loads); and a line of the stream per step) */
+#define FC_PF_PTR_STREAM(j)                                                                      \
+    if (i == 0 && (j) + FC_PREFETCH < ncols)                                                     \
+        for (int pfo = 0; pfo < 2 * FC_VBYTES; pfo += 64)                                        \
+            __builtin_prefetch((const char*)(vrows[(j) + FC_PREFETCH] + d0) + pfo, 0, 3);        \
+    fc_pf_step(&pfl);
 
 /* O[i, :] += sum_j P[i, j] * V[j, :], sequential over j, rows in groups of 4.  Column blocks are
  * the outer loop so each V slice [ncols][2W] (4W in the wide block) stays in L1 across row
  * groups.  The trailing arguments say how V's rows are found (FC_VROW_PTR: T* const* vrows;
  * FC_VROW_STRIDED: const T* V, ptrdiff_t ldv); the sums and their order are the same either way. */
-#define FC_DEFINE_PV(T, SUF, W, NAME, VROW, PF, ...)                                             \
+#define FC_DEFINE_PV(T, SUF, W, NAME, VROW, PF, ENTER, LEAVE, ...)                               \
 static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t ncols,          \
                         __VA_ARGS__, ptrdiff_t D, T* O, ptrdiff_t ldo) {                         \
+    ENTER                                                                                        \
     ptrdiff_t d0 = 0;                                                                            \
     if (FC_PV_WIDE_##SUF)                                                                        \
         for (; d0 + 4 * W <= D; d0 += 4 * W) FC_ROW_BLOCKS(FC_PV_BLOCK, 6, 4, T, SUF, W, VROW, PF) \
@@ -126,23 +138,40 @@ static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t n
             *o0 = a0; *o1 = a1; *o2 = a2; *o3 = a3;                                              \
         }                                                                                        \
     }                                                                                            \
+    LEAVE                                                                                        \
 }
 
-#define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
-/* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0.  Each  \
- * Kt slice [D][2W] (4W in the wide block) stays in L1 across the row blocks. */                 \
-static inline void fc_qk_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt,         \
-                               T* S, ptrdiff_t lds, ptrdiff_t ncols) {                           \
+/* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0.  Each Kt
+ * slice [D][2W] (4W in the wide block) stays in L1 across the row blocks.  PF and the trailing
+ * arguments: what each step of d also does (the sums are the same either way). */
+#define FC_DEFINE_QK(T, SUF, W, NAME, PF, ENTER, LEAVE, ...)                                     \
+static inline void NAME(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt, T* S,          \
+                        ptrdiff_t lds, ptrdiff_t ncols __VA_ARGS__) {                            \
+    ENTER                                                                                        \
     ptrdiff_t j0 = 0;                                                                            \
     if (FC_GEMM_WIDE)   /* (the same columns written as by 2W: ncols rounded up to 2W) */      \
         for (; j0 + 4 * W <= (ncols + 2 * W - 1) / (2 * W) * (2 * W); j0 += 4 * W)               \
-            FC_ROW_BLOCKS(FC_QK_BLOCK, 6, 4, T, SUF, W)                                          \
-    for (; j0 < ncols; j0 += 2 * W) FC_ROW_BLOCKS(FC_QK_BLOCK, FC_NRB, 2, T, SUF, W)             \
-}                                                                                                \
+            FC_ROW_BLOCKS(FC_QK_BLOCK, 6, 4, T, SUF, W, PF)                                      \
+    for (; j0 < ncols; j0 += 2 * W) FC_ROW_BLOCKS(FC_QK_BLOCK, FC_NRB, 2, T, SUF, W, PF)         \
+    LEAVE                                                                                        \
+}
+/* The stream of fc_qk_pf_* and fc_pv_pf_* (fc_isa.h fc_pf_stream), in locals while they run. */
+#define FC_QK_PF_NONE
+#define FC_QK_PF_STREAM fc_pf_step(&pfl);
+#define FC_PF_ENTER fc_pf_stream pfl = *pf;
+#define FC_PF_LEAVE *pf = pfl;
+
+#define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
+FC_DEFINE_QK(T, SUF, W, fc_qk_##SUF, FC_QK_PF_NONE, , , )                                        \
+/* (a chunk's tiles: rows asked for as the steps go, pf) */                                     \
+FC_DEFINE_QK(T, SUF, W, fc_qk_pf_##SUF, FC_QK_PF_STREAM, FC_PF_ENTER, FC_PF_LEAVE, , fc_pf_stream* pf) \
                                                                                                  \
-FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, T* const* vrows)                 \
-FC_DEFINE_PV(T, SUF, W, fc_pv_strided_##SUF, FC_VROW_STRIDED, FC_PF_NONE, const T* V, ptrdiff_t ldv) \
-FC_DEFINE_PV(T, SUF, W, fc_pv_rows_##SUF, FC_VROW_PTR, FC_PF_NONE, T* const* vrows)            \
+FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, , , T* const* vrows)             \
+FC_DEFINE_PV(T, SUF, W, fc_pv_strided_##SUF, FC_VROW_STRIDED, FC_PF_NONE, , , const T* V, ptrdiff_t ldv) \
+FC_DEFINE_PV(T, SUF, W, fc_pv_rows_##SUF, FC_VROW_PTR, FC_PF_NONE, , , T* const* vrows)        \
+/* (a paged chunk's tiles: the next tile's K rows asked for as the steps go, pf) */              \
+FC_DEFINE_PV(T, SUF, W, fc_pv_pf_##SUF, FC_VROW_PTR, FC_PF_PTR_STREAM, FC_PF_ENTER, FC_PF_LEAVE, \
+             T* const* vrows, fc_pf_stream* pf)                                                  \
                                                                                                  \
 /* O += P V for V rows ldv apart (flash, naive, the backward's dQ), in the form fc_pv_form (fc_uarch.h) picks. \
  * Same sums, same order, so the same bits either way. */                                       \

@@ -51,6 +51,32 @@ static inline void fc_prefetch_l2(const void* p, size_t bytes) {
 static inline void fc_prefetch_keys(void* const* rows, ptrdiff_t n, size_t bytes) {
     for (ptrdiff_t j = 0; j < n; j++) fc_prefetch_l2(rows[j], bytes);
 }
+/* Key rows asked into L2 one line per step of a product's loop (fc_qk_pf_*, fc_pv_pf_*), not all at
+ * once before it: a burst of a tile's 2 x 128 rows (2048 lines at D=128 f32) filled the miss
+ * queues and stalled the core on the prefetch instructions themselves (two thirds of a paged
+ * chunk task's own samples on Zen 4).  A product whose steps are fewer than the lines leaves the
+ * rest to fc_pf_rest.  The products copy the stream into locals and back (fc_gemm.h FC_PF_ENTER,
+ * FC_PF_LEAVE), so that its state can live in registers across their loops. */
+typedef struct {
+    void* const* rows;
+    ptrdiff_t nrows, lines, r, l;
+} fc_pf_stream;
+static inline void fc_pf_init(fc_pf_stream* s, void* const* rows, ptrdiff_t n, size_t bytes) {
+    s->rows = rows;
+    s->nrows = n;
+    s->lines = (ptrdiff_t)((bytes + 63) / 64);
+    s->r = s->l = 0;
+}
+static inline __attribute__((always_inline)) void fc_pf_step(fc_pf_stream* s) {
+    if (s->r < s->nrows) {
+        __builtin_prefetch((const char*)s->rows[s->r] + 64 * s->l, 0, 2);
+        if (++s->l == s->lines) { s->l = 0; s->r++; }
+    }
+}
+static inline void fc_pf_rest(fc_pf_stream* s) {
+    for (; s->r < s->nrows; s->r++, s->l = 0)
+        for (; s->l < s->lines; s->l++) __builtin_prefetch((const char*)s->rows[s->r] + 64 * s->l, 0, 2);
+}
 /* Keys a paged decode's heads loops prefetch ahead of the group they compute (fc_gemm.h,
  * fc_half.h); their callers pass that many row pointers past the computed rows where they exist. */
 #define FC_PAGED_LOOKAHEAD 16

@@ -78,6 +78,18 @@ static int fc_tn_blocks = 1;   /* 1 or 2 */
  * (unmeasured).  Every sum is the same either way. */
 static ptrdiff_t fc_tn_ahead = -1;
 
+/* How a chunk's tiles (kernels.pxi flash_task, AttnOpts.k_tiles: a varlen sequence of a few queries
+ * whose kv heads take one task each) ask for the rows they read next: 1, a line per step of their
+ * products' loops (fc_isa.h fc_pf_stream: a paged pool's V rows of the tile during the scores, the
+ * next tile's K rows during P V; packed keys, the next K rows during the scores); 0, all at once
+ * before the scores.  On Zen 4 the burst stalled the core on the prefetch instructions (two thirds
+ * of a paged chunk task's own samples) and P V on its V loads.  Side by side (forms.py, 2 threads)
+ * the burst took 1.05-1.09x the time on the bench's paged decode mix in f32 and 1.04-1.06x in
+ * f64, its two chunks alone (8 and 4 queries over 3561 and 2795 keys, Hq=8 Hkv=2 D=128) 1.01-1.05x
+ * and 1.10-1.13x; one thread, 1.06x / 1.05x and 1.08x / 1.13x.  Intel keeps 0 (unmeasured).  The
+ * same sums either way. */
+static int fc_chunk_spread = 0;
+
 /* Whether the compiler is at least gcc G or clang C: new instructions written as inline assembly
  * need an assembler that knows them, which comes with compilers of about that age. */
 #if defined(__clang__)
@@ -149,6 +161,7 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_bwd_rows_pairs = amd512 ? 128 : 64;
     fc_tn_blocks = FC_VBYTES == 64 ? 2 : 1;
     fc_tn_ahead = amd512 ? (ptrdiff_t)1 << 20 : -1;
+    fc_chunk_spread = amd512;
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
     if (FC_HAVE_AMX && have[FC_F_AMX_TILE] && have[FC_F_AMX_BF16]) fc_amx_state = fc_amx_permitted() ? 1 : 2;

@@ -55,6 +55,7 @@ cdef extern from "fc_simd.h" nogil:
     int fc_bwd_rows   # query rows per backward step (at most BR_BWD)
     int fc_bwd_rows_pairs   # the same where all five products run on vdpbf16ps
     Py_ssize_t fc_tn_ahead   # dK and dV bytes above which C += A^T B asks for C's rows ahead (-1: never)
+    int fc_chunk_spread      # a chunk's tiles ask for their next rows a line per product step (1) or at once (0)
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
     # fc_amx.h: one tile configuration per task (between these two, on one thread)
@@ -108,6 +109,19 @@ cdef extern from "fc_simd.h" nogil:
     # fc_pack.h: tile packing
     void fc_pack_kt_f32(float** rows, Py_ssize_t n, Py_ssize_t D, float* out)
     void fc_prefetch_keys(void** rows, Py_ssize_t n, size_t nbytes)   # fc_isa.h: n rows into L2
+    # fc_isa.h: rows into L2 a line per step of a product's loop; fc_gemm.h: the products that do so
+    ctypedef struct fc_pf_stream:
+        pass
+    void fc_pf_init(fc_pf_stream* s, void** rows, Py_ssize_t n, size_t nbytes)
+    void fc_pf_rest(fc_pf_stream* s)
+    void fc_pv_pf_f32(const float* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, float** vrows,
+                      fc_pf_stream* pf, Py_ssize_t D, float* O, Py_ssize_t ldo)
+    void fc_pv_pf_f64(const double* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, double** vrows,
+                      fc_pf_stream* pf, Py_ssize_t D, double* O, Py_ssize_t ldo)
+    void fc_qk_pf_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S,
+                      Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
+    void fc_qk_pf_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S,
+                      Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
     void fc_transpose_f32(const float* src, Py_ssize_t lds, Py_ssize_t nrows, Py_ssize_t ncols, float* dst,
                           Py_ssize_t ldd)
     void fc_pair_rows_bf16(const float* x, Py_ssize_t rows, Py_ssize_t D, unsigned int* out, Py_ssize_t ldo)

@@ -187,6 +187,16 @@ def _test_tn_ahead(nbytes=None):
     return fc_tn_ahead
 
 
+def _test_chunk_spread(on=None):
+    """Testing hook: whether a chunk's tiles ask for the rows they read next a line per step of their
+    products' loops (True) or all at once before the scores (False; chosen per CPU at load time:
+    fc_uarch.h fc_chunk_spread); with an argument, switch to it first."""
+    global fc_chunk_spread
+    if on is not None:
+        fc_chunk_spread = 1 if on else 0
+    return bool(fc_chunk_spread)
+
+
 def _test_bwd_rows(rows=None):
     """Testing hook: query rows per backward step (chosen per CPU at load time: fc_uarch.h
     fc_bwd_rows); with an argument (a multiple of 4, at most BR_BWD), switch to it first."""
@@ -669,3 +679,4 @@ def _test_pairs_from_storage(cnp.ndarray x, str which, int is_f16=0):
             fc_pair_rows_bf16(&wv[0, 0], n, D, &bv[0, 0], D2)
         a, b = a[:n], b[:n]
     return a, b
+
