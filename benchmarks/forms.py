@@ -50,10 +50,11 @@ def _backward_mixed(s: int, d: int) -> Callable[[], Any]:
     return lambda: fuel_cy.attention_flash_backward_mixed(q, k, v, do)
 
 
-def _varlen_paged(dtype, chunks_only: bool) -> Callable[[], Any]:
+def _varlen_mix(dtype, chunks_only: bool, paged: bool = True) -> Callable[[], Any]:
     """The bench's paged decode mix (fuel_cy.harness.bench, seed 0): 16 sequences of 512-4096 keys
     over a pool of 16-key blocks in random order, Hq=8 Hkv=2 D=128, 14 decode steps and two chunks
-    of 8 and 4 queries; or (chunks_only) the two chunks alone."""
+    of 8 and 4 queries; or (chunks_only) the two chunks alone; or (not paged) the same keys packed
+    [T, Hkv, D]."""
     rng = np.random.default_rng(0)
     b, hq, hkv, d, bs = 16, 8, 2, 128, 16
     lens_k = rng.integers(512, 4097, b)
@@ -71,7 +72,12 @@ def _varlen_paged(dtype, chunks_only: bool) -> Callable[[], Any]:
         lens_q, lens_k, table = lens_q[:2], lens_k[:2], table[:2]
     cu_q, cu_k = (np.concatenate([[0], np.cumsum(x)]).astype(np.uint32) for x in (lens_q, lens_k))
     q = rng.standard_normal((int(cu_q[-1]), hq, d)).astype(dtype)
-    return lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, causal=True)
+    if paged:
+        return lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, causal=True)
+    rows = np.concatenate([table[s, np.arange(n) // bs].astype(np.int64) * bs + np.arange(n) % bs
+                           for s, n in enumerate(lens_k)])
+    k, v = (np.ascontiguousarray(x.reshape(-1, hkv, d)[rows]) for x in (kp, vp))
+    return lambda: fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
 
 
 def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
@@ -93,10 +99,12 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
           ("backward f32 B=1 H=8 S=2048 D=128", _backward(np.float32, 2048, 128)),
           ("backward f32 B=1 H=8 S=4096 D=64", _backward(np.float32, 4096, 64))]),
         ("fc_chunk_spread", c._test_chunk_spread, [False, True],
-         [("varlen paged decode mix f32 (bench's, seed 0)", _varlen_paged(np.float32, False)),
-          ("varlen paged decode mix f64", _varlen_paged(np.float64, False)),
-          ("varlen paged chunks of 8 and 4 queries f32", _varlen_paged(np.float32, True)),
-          ("varlen paged chunks of 8 and 4 queries f64", _varlen_paged(np.float64, True))]),
+         [("varlen paged decode mix f32 (bench's, seed 0)", _varlen_mix(np.float32, False)),
+          ("varlen paged decode mix f64", _varlen_mix(np.float64, False)),
+          ("varlen paged chunks of 8 and 4 queries f32", _varlen_mix(np.float32, True)),
+          ("varlen paged chunks of 8 and 4 queries f64", _varlen_mix(np.float64, True)),
+          ("varlen decode mix f32, keys packed", _varlen_mix(np.float32, False, paged=False)),
+          ("varlen chunks of 8 and 4 queries f32, keys packed", _varlen_mix(np.float32, True, paged=False))]),
     ]
     if len(c._test_gemm_blocks()) > 1:
         out.append(("fc_gemm_block", c._test_gemm_block, c._test_gemm_blocks(),

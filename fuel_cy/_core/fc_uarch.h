@@ -80,14 +80,14 @@ static ptrdiff_t fc_tn_ahead = -1;
 
 /* How a chunk's tiles (kernels.pxi flash_task, AttnOpts.k_tiles: a varlen sequence of a few queries
  * whose kv heads take one task each) ask for the rows they read next: 1, a line per step of their
- * products' loops (fc_isa.h fc_pf_stream: a paged pool's V rows of the tile during the scores, the
- * next tile's K rows during P V; packed keys, the next K rows during the scores); 0, all at once
- * before the scores.  On Zen 4 the burst stalled the core on the prefetch instructions (two thirds
- * of a paged chunk task's own samples) and P V on its V loads.  Side by side (forms.py, 2 threads)
- * the burst took 1.05-1.09x the time on the bench's paged decode mix in f32 and 1.04-1.06x in
- * f64, its two chunks alone (8 and 4 queries over 3561 and 2795 keys, Hq=8 Hkv=2 D=128) 1.01-1.05x
- * and 1.10-1.13x; one thread, 1.06x / 1.05x and 1.08x / 1.13x.  Intel keeps 0 (unmeasured).  The
- * same sums either way. */
+ * products' loops (fc_isa.h fc_pf_stream: V's rows of the tile during the scores, the next tile's
+ * K rows during P V, which reads V's rows by pointer); 0, a paged pool's rows all at once before
+ * the scores (packed keys: the next K rows only, V left to the hardware).  On Zen 4 the burst
+ * stalled the core on the prefetch instructions (two thirds of a paged chunk task's own samples)
+ * and P V on its V loads.  Side by side (forms.py, 2 threads) the burst took 1.03-1.10x the time
+ * on the bench's paged decode mix and its two chunks alone (8 and 4 queries over 3561 and 2795
+ * keys, Hq=8 Hkv=2 D=128) in f32, 1.06-1.13x in f64, and 1.15-1.18x with the keys packed (f32).
+ * Intel keeps 0 (unmeasured).  The same sums either way. */
 static int fc_chunk_spread = 0;
 
 /* Whether the compiler is at least gcc G or clang C: new instructions written as inline assembly

@@ -313,7 +313,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     # with o.k_tiles, ktp is K itself and each tile is packed here (flash_scratch's last D * BC)
     cdef real_t* ktile = buf + flash_scratch(D) if o.k_tiles and o.kp16 == NULL else NULL
     cdef Py_ssize_t kpf = -1, npf   # (k_tiles) the tile whose rows were asked for ahead; how many
-    # (spread) the rows the products ask for as they go: a pool's V rows of the tile, K's of the next
+    # (spread) the rows the products ask for as they go: V's rows of the tile, K's of the next
     cdef void* pf_rows[2 * BC]
     cdef Py_ssize_t npr
     cdef fc_pf_stream pfs
@@ -557,25 +557,18 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             # V's rows of a paged pool asked into L2 while the dots run, so that P V, reading them
             # through the table, finds them there (its own prefetch runs only FC_PREFETCH keys ahead)
             npr = 0
-            if o.ktable != NULL and vbase != NULL:
+            if (o.ktable != NULL or spread) and vbase != NULL:
                 for jj in range(nc):
                     pf_rows[jj] = vbase + key_row(o, j0 + jj) * ldv
                 npr = nc
                 if not spread:
                     fc_prefetch_keys(pf_rows, nc, D * sizeof(real_t))
-            if rnd_t is RoundNone and spread:
-                # a pool's V rows during the scores and the next K rows during P V; contiguous
-                # rows (no V asked for) the next K rows during the scores
-                if o.ktable == NULL:
-                    for jj in range(npf):
-                        pf_rows[npr + jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
-                    npr += npf
+            if rnd_t is RoundNone and spread:   # V's rows during the scores, the next K rows during P V
                 fc_pf_init(&pfs, pf_rows, npr, D * sizeof(real_t))
                 qk_tile_pf(Qs, nr4, D, ktile, S, BC, nc, &pfs)
                 fc_pf_rest(&pfs)
-                if o.ktable != NULL:
-                    for jj in range(npf):
-                        pf_rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
+                for jj in range(npf):
+                    pf_rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
             else:
                 qk_tile(tag, Qs, nr4, D, ktile if ktile != NULL else kth + t * D * BC, S, BC, nc)
         for r in range(nr):
@@ -696,7 +689,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             continue
         for jj in range(nc):
             rows[jj] = vbase + key_row(o, j0 + jj) * ldv
-        if rnd_t is RoundNone and spread and o.ktable != NULL:   # (the next K rows asked for as it goes)
+        if rnd_t is RoundNone and spread and (o.ktable != NULL or kpp == NULL):   # (the next K rows as it goes)
             fc_pf_init(&pfs, pf_rows, npf, D * sizeof(real_t))
             pv_accum_pf(S, BC, nr4, nc, rows, D, O, D, &pfs)
             fc_pf_rest(&pfs)
