@@ -95,8 +95,7 @@
  * waited on its V loads); and a line of the stream per step) */
 #define FC_PF_PTR_STREAM(j)                                                                      \
     if (i == 0 && (j) + FC_PREFETCH < ncols)                                                     \
-        for (int pfo = 0; pfo < 2 * FC_VBYTES; pfo += 64)                                        \
-            __builtin_prefetch((const char*)(vrows[(j) + FC_PREFETCH] + d0) + pfo, 0, 3);        \
+        fc_prefetch_row(vrows[(j) + FC_PREFETCH] + d0, 2 * FC_VBYTES);                           \
     fc_pf_step(&pfl);
 
 /* O[i, :] += sum_j P[i, j] * V[j, :], sequential over j, rows in groups of 4.  Column blocks are

@@ -74,8 +74,7 @@ static inline __attribute__((always_inline)) void fc_pf_step(fc_pf_stream* s) {
     }
 }
 static inline void fc_pf_rest(fc_pf_stream* s) {
-    for (; s->r < s->nrows; s->r++, s->l = 0)
-        for (; s->l < s->lines; s->l++) __builtin_prefetch((const char*)s->rows[s->r] + 64 * s->l, 0, 2);
+    while (s->r < s->nrows) fc_pf_step(s);
 }
 /* Keys a paged decode's heads loops prefetch ahead of the group they compute (fc_gemm.h,
  * fc_half.h); their callers pass that many row pointers past the computed rows where they exist. */
