@@ -93,9 +93,44 @@ cdef inline Py_ssize_t table_row(const unsigned int* table, Py_ssize_t tbs, Py_s
     return <Py_ssize_t>table[j // tbs] * tbs + j % tbs
 
 
-cdef inline Py_ssize_t key_row(AttnOpts* o, Py_ssize_t j) noexcept nogil:
-    """The row of K and V that holds key j (AttnOpts.ktable)."""
-    return table_row(o.ktable, o.kbs, j)
+cdef inline void table_rows(const unsigned int* table, Py_ssize_t tbs, Py_ssize_t j0, Py_ssize_t n,
+                            const char* base, Py_ssize_t stride, const char** rows) noexcept nogil:
+    """rows[jj] = base + table_row(table, tbs, j0 + jj) * stride (stride in bytes) for jj < n, with
+    one division per call: a division per key (tbs is known only at run time) took an eighth of a
+    bf16 chunk tile's own samples on Zen 4.  Reads no table entry past key j0 + n - 1's."""
+    cdef Py_ssize_t jj, r
+    cdef const unsigned int* blk
+    cdef const char* p
+    if table == NULL:
+        for jj in range(n):
+            rows[jj] = base + (j0 + jj) * stride
+        return
+    if n <= 0:
+        return
+    blk = table + j0 // tbs
+    r = j0 % tbs
+    p = base + <Py_ssize_t>blk[0] * tbs * stride
+    for jj in range(n):
+        rows[jj] = p + r * stride
+        r += 1
+        if r == tbs and jj + 1 < n:
+            r = 0
+            blk += 1
+            p = base + <Py_ssize_t>blk[0] * tbs * stride
+
+
+cdef inline void key_rows(AttnOpts* o, Py_ssize_t j0, Py_ssize_t n, const real_t* base, Py_ssize_t stride,
+                          const real_t** rows) noexcept nogil:
+    """rows[jj] = base + (the row of K and V that holds key j0 + jj) * stride, for jj < n
+    (AttnOpts.ktable; table_rows)."""
+    table_rows(o.ktable, o.kbs, j0, n, <const char*>base, stride * <Py_ssize_t>sizeof(real_t), <const char**>rows)
+
+
+cdef inline void key_rows16(AttnOpts* o, Py_ssize_t j0, Py_ssize_t n, const unsigned short* base, Py_ssize_t stride,
+                            const unsigned short** rows) noexcept nogil:
+    """key_rows for 16-bit storage."""
+    table_rows(o.ktable, o.kbs, j0, n, <const char*>base, stride * <Py_ssize_t>sizeof(unsigned short),
+               <const char**>rows)
 
 
 cdef inline void admissible_range(Py_ssize_t qpos, AttnOpts* o, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:

@@ -74,12 +74,12 @@ cdef inline Py_ssize_t head_tile_rows(real_t* x, Layout* l, Py_ssize_t head0, Py
     """rows[j] = the row of key j of tile task % ntiles of head head0 + task // ntiles in x (laid
     out as l says; through table, when not NULL: table_row); returns how many keys the tile has
     (at most BC)."""
-    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
+    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, n
     n = Sk - t * BC
     if n > BC:
         n = BC
-    for jj in range(n):
-        rows[jj] = x + row_offset(l, head, table_row(table, tbs, t * BC + jj))
+    table_rows(table, tbs, t * BC, n, <const char*>(x + row_offset(l, head, 0)), l.ss * <Py_ssize_t>sizeof(real_t),
+               <const char**>rows)
     return n
 
 
@@ -137,12 +137,12 @@ cdef inline Py_ssize_t head_tile_rows16(const unsigned short* x, Layout* l, Py_s
                                         Py_ssize_t ntiles, Py_ssize_t Sk, const unsigned short** rows,
                                         const unsigned int* table, Py_ssize_t tbs) noexcept nogil:
     """head_tile_rows for 16-bit storage."""
-    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, jj, n
+    cdef Py_ssize_t head = head0 + task // ntiles, t = task % ntiles, n
     n = Sk - t * BC
     if n > BC:
         n = BC
-    for jj in range(n):
-        rows[jj] = x + row_offset(l, head, table_row(table, tbs, t * BC + jj))
+    table_rows(table, tbs, t * BC, n, <const char*>(x + row_offset(l, head, 0)),
+               l.ss * <Py_ssize_t>sizeof(unsigned short), <const char**>rows)
     return n
 
 
@@ -485,53 +485,44 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 nw = kend - j0 if kend - j0 < lds else lds
                 wend = j0 + nw
                 if krow16 != NULL:
-                    for jj in range(nw):
-                        rows16[jj] = krow16 + key_row(o, j0 + jj) * sh.lk.ss
+                    key_rows16(o, j0, nw, krow16, sh.lk.ss, rows16)
                     if rnd_t is RoundNone and real_t is float:
                         if qk16:
                             fc_qk_heads_dpbf16(Qp, D2, nh, rph, D, rows16, nw, nw, S, lds)
                         else:
                             fc_rowdots_heads_h16(Qs, nh, rph, D, rows16, nw, nw, S, lds, o.is_f16)
-                    for jj in range(nw):   # (V's rows for P V from here on)
-                        rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
+                    key_rows16(o, j0, nw, vrow16, ldv, rows16)   # (V's rows for P V from here on)
                 else:
-                    for jj in range(nw):
-                        rows[jj] = krow0 + key_row(o, j0 + jj) * sh.lk.ss
+                    key_rows(o, j0, nw, krow0, sh.lk.ss, <const real_t**>rows)
                     if real_t is float:
                         fc_rowdots_heads_f32(Qs, nh, rph, D, <float**>rows, nw, nw, S, lds)
                     else:
                         fc_rowdots_heads_f64(Qs, nh, rph, D, <double**>rows, nw, nw, S, lds)
-                    for jj in range(nw):
-                        rows[jj] = vbase + key_row(o, j0 + jj) * ldv
+                    key_rows(o, j0, nw, vbase, ldv, <const real_t**>rows)
             toff = j0 - wbase
         elif kpp != NULL:
             if pair_tiles:
                 # this tile's K pairs from its rows and V's rows asked for, as k_tiles' K^T below
-                for jj in range(nc):
-                    rows16[jj] = kprow16 + key_row(o, j0 + jj) * sh.lk.ss
+                key_rows16(o, j0, nc, kprow16, sh.lk.ss, rows16)
                 if kpf != j0:
                     fc_prefetch_keys(<void**>rows16, nc, D * sizeof(unsigned short))
                 fc_pack_k_pairs_b16(rows16, nc, D, <unsigned int*>kpp)
                 kpf = j0 + BC
                 npf = kend - kpf if kend - kpf < BC else BC
-                for jj in range(npf):
-                    rows16[jj] = kprow16 + key_row(o, kpf + jj) * sh.lk.ss
+                key_rows16(o, kpf, npf, kprow16, sh.lk.ss, rows16)
                 if npf > 0:
                     fc_prefetch_keys(<void**>rows16, npf, D * sizeof(unsigned short))
-                for jj in range(nc):
-                    rows16[jj] = vprow16 + key_row(o, j0 + jj) * ldv
+                key_rows16(o, j0, nc, vprow16, ldv, rows16)
                 fc_prefetch_keys(<void**>rows16, nc, D * sizeof(unsigned short))
             if rnd_t is RoundNone and real_t is float:
                 fc_qk_dpbf16(Qp, nr4, D2, kpp if pair_tiles else kpp + ((kvh - kv0) * ntiles + t) * D2 * BC,
                              S, BC, nc)
         elif krow16 != NULL:
-            for jj in range(nc):
-                rows16[jj] = krow16 + key_row(o, j0 + jj) * sh.lk.ss
+            key_rows16(o, j0, nc, krow16, sh.lk.ss, rows16)
             if rnd_t is RoundNone and real_t is float:
                 fc_rowdots_heads_h16(Qs, 1, nr4, D, rows16, nc, nc, S, BC, o.is_f16)
         elif krow0 != NULL:
-            for jj in range(nc):
-                rows[jj] = krow0 + key_row(o, j0 + jj) * sh.lk.ss
+            key_rows(o, j0, nc, krow0, sh.lk.ss, <const real_t**>rows)
             if real_t is float:
                 fc_rowdots_heads_f32(Qs, 1, nr4, D, <float**>rows, nc, nc, S, BC)
             else:
@@ -542,24 +533,21 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 # prefetcher stops at each): asked for into L2 one tile ahead, so that packing
                 # reads them there while the next tile's arrive.  The same packed values as
                 # pack_heads' for keys < nc, the only dots the tile uses.
-                for jj in range(nc):
-                    rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, j0 + jj))
+                key_rows(o, j0, nc, ktp + row_offset(&sh.lk, kvh, 0), sh.lk.ss, <const real_t**>rows)
                 if kpf != j0:   # (the first tile visited: nothing asked for it yet)
                     fc_prefetch_keys(<void**>rows, nc, D * sizeof(real_t))
                 pack_kt(rows, nc, D, ktile)
                 kpf = j0 + BC
                 npf = kend - kpf if kend - kpf < BC else BC
                 if not spread:
-                    for jj in range(npf):
-                        rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
+                    key_rows(o, kpf, npf, ktp + row_offset(&sh.lk, kvh, 0), sh.lk.ss, <const real_t**>rows)
                     if npf > 0:
                         fc_prefetch_keys(<void**>rows, npf, D * sizeof(real_t))
             # V's rows of a paged pool asked into L2 while the dots run, so that P V, reading them
             # through the table, finds them there (its own prefetch runs only FC_PREFETCH keys ahead)
             npr = 0
             if (o.ktable != NULL or spread) and vbase != NULL:
-                for jj in range(nc):
-                    pf_rows[jj] = vbase + key_row(o, j0 + jj) * ldv
+                key_rows(o, j0, nc, vbase, ldv, <const real_t**>pf_rows)
                 npr = nc
                 if not spread:
                     fc_prefetch_keys(pf_rows, nc, D * sizeof(real_t))
@@ -567,8 +555,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 fc_pf_init(&pfs, pf_rows, npr, D * sizeof(real_t))
                 qk_tile_pf(Qs, nr4, D, ktile, S, BC, nc, &pfs)
                 fc_pf_rest(&pfs)
-                for jj in range(npf):
-                    pf_rows[jj] = ktp + row_offset(&sh.lk, kvh, key_row(o, kpf + jj))
+                key_rows(o, kpf, npf, ktp + row_offset(&sh.lk, kvh, 0), sh.lk.ss, <const real_t**>pf_rows)
             else:
                 qk_tile(tag, Qs, nr4, D, ktile if ktile != NULL else kth + t * D * BC, S, BC, nc)
         for r in range(nr):
@@ -656,8 +643,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 fc_pv_heads_f64(S + toff, lds, nh, rph, nc, wend - j0, <double**>rows + toff, D, O, D)
             continue
         if vrow16 != NULL:
-            for jj in range(nc):
-                rows16[jj] = vrow16 + key_row(o, j0 + jj) * ldv
+            key_rows16(o, j0, nc, vrow16, ldv, rows16)
             if rnd_t is RoundNone and real_t is float:
                 if pv16:
                     fc_pv_heads_dpbf16(S, BC, 1, nr4, nc, nc, rows16, D, O, D, Pp)
@@ -666,8 +652,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             continue
         if vtrow16 != NULL:   # (the tiles on V's pairs, and its bf16 rows at their edges)
             if rnd_t is RoundNone and real_t is float and o.f16s:   # (P's and V's split words)
-                for jj in range(nc):
-                    rows16[jj] = vtrow16 + key_row(o, j0 + jj) * ldv
+                key_rows16(o, j0, nc, vtrow16, ldv, rows16)
                 fc_split_p_f16(S, BC, nr4, nc, Pp, BC, BR_FLASH * BC)
                 fc_pv_f16s(S, BC, Pp, BC, BR_FLASH * BC, nr4, nc, vpp + ((kvh - kv0) * ntiles + t) * BC * D, rows16,
                            NULL, D, O, D)
@@ -676,8 +661,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 if p16:
                     fc_pv_bf16_paired(Pp, BC // 2, nr4, nc, vtile, D, O, D)
                 else:   # (round_p: S holds the weights rounded already, rp_exp)
-                    for jj in range(nc):
-                        rows16[jj] = vtrow16 + key_row(o, j0 + jj) * ldv
+                    key_rows16(o, j0, nc, vtrow16, ldv, rows16)
                     fc_pv_bf16v16(S, BC, nr4, nc, rows16, D, O, D, vtile, 1 if o.round_p else 3)
             continue
         if vbase == NULL:   # (only V's bf16 pairs are at hand: the round_p product on them)
@@ -687,8 +671,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 fc_pv_dpbf16_vec(S, BC, nr4, nc, vpp if pair_tiles else vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D,
                                  D, O, D, Pp, rp_exp != o.round_p)
             continue
-        for jj in range(nc):
-            rows[jj] = vbase + key_row(o, j0 + jj) * ldv
+        key_rows(o, j0, nc, vbase, ldv, <const real_t**>rows)
         if rnd_t is RoundNone and spread and (o.ktable != NULL or kpp == NULL):   # (the next K rows as it goes)
             fc_pf_init(&pfs, pf_rows, npf, D * sizeof(real_t))
             pv_accum_pf(S, BC, nr4, nc, rows, D, O, D, &pfs)
@@ -868,14 +851,12 @@ cdef inline void paged_gather(real_t* pool, const unsigned short* pool16, unsign
                               Py_ssize_t n, real_t** rows, const unsigned short** rows16) noexcept nogil:
     """The pool rows (at kv head hk0) of keys j0 .. j0 + n of one sequence, through its block table
     row, into rows16 when the pool is 16-bit (pool16 not NULL), else into rows."""
-    cdef Py_ssize_t jj, kj, off
-    for jj in range(n):
-        kj = j0 + jj
-        off = ((table_b[kj // bs] * bs + kj % bs) * Hkv + hk0) * D
-        if pool16 != NULL:
-            rows16[jj] = pool16 + off
-        else:
-            rows[jj] = pool + off
+    if pool16 != NULL:
+        table_rows(table_b, bs, j0, n, <const char*>(pool16 + hk0 * D), Hkv * D * <Py_ssize_t>sizeof(unsigned short),
+                   <const char**>rows16)
+    else:
+        table_rows(table_b, bs, j0, n, <const char*>(pool + hk0 * D), Hkv * D * <Py_ssize_t>sizeof(real_t),
+                   <const char**>rows)
 
 
 cdef inline void widen_tile(const unsigned short** rows16, Py_ssize_t n, Py_ssize_t width, int is_f16,
