@@ -104,7 +104,11 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
           ("varlen paged chunks of 8 and 4 queries f32", _varlen_mix(np.float32, True)),
           ("varlen paged chunks of 8 and 4 queries f64", _varlen_mix(np.float64, True)),
           ("varlen decode mix f32, keys packed", _varlen_mix(np.float32, False, paged=False)),
-          ("varlen chunks of 8 and 4 queries f32, keys packed", _varlen_mix(np.float32, True, paged=False))]),
+          ("varlen chunks of 8 and 4 queries f32, keys packed", _varlen_mix(np.float32, True, paged=False)),
+          # bf16: each tile's K and V pairs packed in its task (round_p on vdpbf16ps)
+          ("varlen paged decode mix bf16", _varlen_mix(ml_dtypes.bfloat16, False)),
+          ("varlen paged chunks of 8 and 4 queries bf16", _varlen_mix(ml_dtypes.bfloat16, True)),
+          ("varlen decode mix bf16, keys packed", _varlen_mix(ml_dtypes.bfloat16, False, paged=False))]),
     ]
     if len(c._test_gemm_blocks()) > 1:
         out.append(("fc_gemm_block", c._test_gemm_block, c._test_gemm_blocks(),

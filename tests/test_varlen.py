@@ -535,13 +535,14 @@ def assert_switch_keeps_bits(switch, lens, d, dtype, seed, kws, lk_max):
 
 
 @pytest.mark.parametrize("d", [64, 17])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
 def test_chunk_tiles_asking_for_their_rows_as_they_go_give_the_same_bits(dtype, d):
     """fc_uarch.h fc_chunk_spread: a chunk's tiles ask for V's rows of the tile during the scores and
-    the next tile's K rows during P V (then read V's rows by pointer), a line per step; asked for
-    all at once before the scores instead, the same bits (paged and packed): causal,
-    a window with softcap, seqused_k (a tile cut short) and ALiBi, G * Sq of 8, 12, 20 and 48 rows
-    (D = 17: rows of two lines, the columns past the last whole vector)."""
+    the next tile's K rows during P V (then read V's rows by pointer), a line per step (bf16: the
+    tile's K and V pairs, their lines spread evenly over the steps); asked for all at once before
+    the scores instead, the same bits (paged and packed): causal, a window with softcap, seqused_k
+    (a tile cut short) and ALiBi, G * Sq of 8, 12, 20 and 48 rows (D = 17: rows of two lines, the
+    columns past the last whole vector; bf16 pairs with a lone last element)."""
     lens = ([3, 5, 12, 2, 1], [700, 260, 333, 150, 90])
     slopes = np.random.default_rng(87).uniform(0.01, 0.3, (len(lens[0]), 8)).astype(np.float32)
     used = np.array([650, 260, 200, 129, 90], np.uint32)

@@ -523,7 +523,7 @@ FC_DEFINE_ROUNDED(f16_cvt, fc_rf16_v2, f16)   /* fc_gemm_f16.h picks it or the b
  * D padded with a zero. */
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define FC_HAVE_DPBF16 1
-#define FC_QK_DPBF16_BLOCK(NRB)                                                                  \
+#define FC_QK_DPBF16_BLOCK(NRB, PF)                                                              \
     {                                                                                            \
         __m512 a[NRB][2];                                                                        \
         for (int r = 0; r < NRB; r++) {                                                          \
@@ -533,6 +533,7 @@ FC_DEFINE_ROUNDED(f16_cvt, fc_rf16_v2, f16)   /* fc_gemm_f16.h picks it or the b
         const uint32_t* kp = Kp + p0 * FC_BC + j0;                                               \
         for (ptrdiff_t p = p0; p < D2; p++, kp += FC_BC) {                                       \
             __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp), k1 = (__m512bh)_mm512_loadu_si512(kp + 16); \
+            PF                                                                                   \
             for (int r = 0; r < NRB; r++) {                                                      \
                 __m512bh qb = (__m512bh)_mm512_set1_epi32((int)Qp[(i + r) * D2 + p]);            \
                 a[r][0] = _mm512_dpbf16_ps(a[r][0], qb, k0);                                     \
@@ -552,15 +553,34 @@ static inline void fc_qk_dpbf16_part(const uint32_t* Qp, ptrdiff_t i0, ptrdiff_t
                                      ptrdiff_t j_end, int acc) {
     for (ptrdiff_t j0 = j_begin; j0 < j_end; j0 += 32) {
         ptrdiff_t i = i0;
-        for (; i + 8 <= i1; i += 8) FC_QK_DPBF16_BLOCK(8)
-        for (; i + 4 <= i1; i += 4) FC_QK_DPBF16_BLOCK(4)
-        for (; i < i1; i += 2) FC_QK_DPBF16_BLOCK(2)
+        for (; i + 8 <= i1; i += 8) FC_QK_DPBF16_BLOCK(8, )
+        for (; i + 4 <= i1; i += 4) FC_QK_DPBF16_BLOCK(4, )
+        for (; i < i1; i += 2) FC_QK_DPBF16_BLOCK(2, )
     }
 }
 /* The vdpbf16ps form of fc_qk_dpbf16 (fc_amx.h picks the form): every score from vdpbf16ps. */
 static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
                                     float* S, ptrdiff_t lds, ptrdiff_t ncols) {
     fc_qk_dpbf16_part(Qp, 0, nrows4, D2, 0, Kp, S, lds, 0, ncols, 0);
+}
+/* fc_qk_dpbf16_vec asking for pf's rows as it goes (fc_isa.h fc_pf_stream: a chunk's tiles on
+ * fc_chunk_spread's CPUs), over the first half of its steps of pairs (fc_pf_per_step): the same
+ * sums. */
+#define FC_DPBF16_PF_STREAM fc_pf_steps(&pfl, per);
+static inline void fc_qk_dpbf16_pf(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
+                                   float* S, ptrdiff_t lds, ptrdiff_t ncols, fc_pf_stream* pf) {
+    const int acc = 0;
+    const ptrdiff_t p0 = 0;
+    ptrdiff_t blocks = nrows4 / 8 + nrows4 % 8 / 4 + nrows4 % 4 / 2;
+    fc_pf_stream pfl = *pf;
+    int per = fc_pf_per_step(&pfl, (ncols + 31) / 32 * blocks * D2);
+    for (ptrdiff_t j0 = 0; j0 < ncols; j0 += 32) {
+        ptrdiff_t i = 0;
+        for (; i + 8 <= nrows4; i += 8) FC_QK_DPBF16_BLOCK(8, FC_DPBF16_PF_STREAM)
+        for (; i + 4 <= nrows4; i += 4) FC_QK_DPBF16_BLOCK(4, FC_DPBF16_PF_STREAM)
+        for (; i < nrows4; i += 2) FC_QK_DPBF16_BLOCK(2, FC_DPBF16_PF_STREAM)
+    }
+    *pf = pfl;
 }
 
 /* O += P V with P rounded to bf16 (the round_p mode): P's rows (float32, ldp apart, keys [0,
@@ -569,7 +589,7 @@ static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdif
  * element one vdpbf16ps per key pair against V's pairs (Vp [FC_BC / 2][D], fc_pack_v_pairs_bf16),
  * pairs in order from O's value: float32 sums of exact products, in an order fixed by the shapes
  * only.  NRB rows x NV vectors of 16 columns per register block, the last vector masked to D. */
-#define FC_PV_DPBF16_BLOCK(NRB, NV)                                                              \
+#define FC_PV_DPBF16_BLOCK(NRB, NV, PF)                                                          \
     {                                                                                            \
         __m512 a[NRB][NV];                                                                       \
         for (int r = 0; r < NRB; r++)                                                            \
@@ -580,6 +600,7 @@ static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdif
             __m512bh w[NV];                                                                      \
             for (int v = 0; v < NV; v++)                                                         \
                 w[v] = (__m512bh)_mm512_maskz_loadu_epi32(v == NV - 1 ? mlast : 0xffff, vp + 16 * v); \
+            PF                                                                                   \
             for (int r = 0; r < NRB; r++) {                                                      \
                 __m512bh pb = (__m512bh)_mm512_set1_epi32((int)Pp[(i + r) * (FC_BC / 2) + k]);   \
                 for (int v = 0; v < NV; v++) a[r][v] = _mm512_dpbf16_ps(a[r][v], pb, w[v]);      \
@@ -589,11 +610,11 @@ static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdif
             for (int v = 0; v < NV; v++)                                                         \
                 _mm512_mask_storeu_ps(O + (i + r) * ldo + d0 + 16 * v, v == NV - 1 ? mlast : 0xffff, a[r][v]); \
     }
-#define FC_PV_DPBF16_ROWS(NV)                                                                    \
+#define FC_PV_DPBF16_ROWS(NV, PF)                                                                \
     {                                                                                            \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + 4 <= nrows; i += 4) FC_PV_DPBF16_BLOCK(4, NV)                                 \
-        for (; i < nrows; i++) FC_PV_DPBF16_BLOCK(1, NV)                                         \
+        for (; i + 4 <= nrows; i += 4) FC_PV_DPBF16_BLOCK(4, NV, PF)                             \
+        for (; i < nrows; i++) FC_PV_DPBF16_BLOCK(1, NV, PF)                                     \
     }
 /* A non-negative float32 weight about to be paired by vcvtne2ps2bf16 (round to nearest even, f32
  * subnormals read as zero) so that its product on vdpbf16ps is that of the weight rounded exactly
@@ -632,23 +653,31 @@ static inline void fc_pair_p_bf16(const float* P, ptrdiff_t ldp, ptrdiff_t nrows
  * them to the exactly rounded weights' products (fc_bf16_pair_exact; the exp pass then skips its
  * integer rounding, a third of its instructions); else P's values pair as vcvtne2ps2bf16 reads
  * them (bf16 values already, or the backward's dS). */
-static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
-                                    const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp,
-                                    int exact) {
-    ptrdiff_t K2 = (ncols + 1) / 2;
-    fc_pair_p_bf16(P, ldp, nrows, ncols, Pp, exact);
-    for (ptrdiff_t d0 = 0; d0 < D; d0 += 64) {
-        ptrdiff_t w = D - d0 < 64 ? D - d0 : 64;
-        int nv = (int)((w + 15) / 16);
-        __mmask16 mlast = (w % 16) ? (__mmask16)((1u << (w % 16)) - 1) : 0xffff;
-        switch (nv) {
-            case 4: FC_PV_DPBF16_ROWS(4) break;
-            case 3: FC_PV_DPBF16_ROWS(3) break;
-            case 2: FC_PV_DPBF16_ROWS(2) break;
-            default: FC_PV_DPBF16_ROWS(1) break;
-        }
-    }
+#define FC_DEFINE_PV_DPBF16(NAME, PF, ENTER, LEAVE, ...)                                         \
+static inline void NAME(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols, const uint32_t* Vp,  \
+                        ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp, int exact __VA_ARGS__) {  \
+    ptrdiff_t K2 = (ncols + 1) / 2;                                                              \
+    fc_pair_p_bf16(P, ldp, nrows, ncols, Pp, exact);                                             \
+    ENTER                                                                                        \
+    for (ptrdiff_t d0 = 0; d0 < D; d0 += 64) {                                                   \
+        ptrdiff_t w = D - d0 < 64 ? D - d0 : 64;                                                 \
+        int nv = (int)((w + 15) / 16);                                                           \
+        __mmask16 mlast = (w % 16) ? (__mmask16)((1u << (w % 16)) - 1) : 0xffff;                  \
+        switch (nv) {                                                                            \
+            case 4: FC_PV_DPBF16_ROWS(4, PF) break;                                              \
+            case 3: FC_PV_DPBF16_ROWS(3, PF) break;                                              \
+            case 2: FC_PV_DPBF16_ROWS(2, PF) break;                                              \
+            default: FC_PV_DPBF16_ROWS(1, PF) break;                                             \
+        }                                                                                        \
+    }                                                                                            \
+    LEAVE                                                                                        \
 }
+FC_DEFINE_PV_DPBF16(fc_pv_dpbf16_vec, , , , )
+/* fc_pv_dpbf16_vec asking for pf's rows as it goes, as fc_qk_dpbf16_pf: the same sums. */
+FC_DEFINE_PV_DPBF16(fc_pv_dpbf16_pf, FC_DPBF16_PF_STREAM,
+                    fc_pf_stream pfl = *pf;
+                    int per = fc_pf_per_step(&pfl, (D + 63) / 64 * (nrows / 4 + nrows % 4) * K2);,
+                    *pf = pfl;, , fc_pf_stream* pf)
 #else
 #define FC_HAVE_DPBF16 0
 static inline void fc_qk_dpbf16_vec(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
@@ -659,6 +688,16 @@ static inline void fc_pv_dpbf16_vec(const float* P, ptrdiff_t ldp, ptrdiff_t nro
                                     const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp,
                                     int exact) {
     (void)P; (void)ldp; (void)nrows; (void)ncols; (void)Vp; (void)D; (void)O; (void)ldo; (void)Pp; (void)exact;  /* never called */
+}
+static inline void fc_qk_dpbf16_pf(const uint32_t* Qp, ptrdiff_t nrows4, ptrdiff_t D2, const uint32_t* Kp,
+                                   float* S, ptrdiff_t lds, ptrdiff_t ncols, fc_pf_stream* pf) {
+    (void)Qp; (void)nrows4; (void)D2; (void)Kp; (void)S; (void)lds; (void)ncols; (void)pf;  /* never called */
+}
+static inline void fc_pv_dpbf16_pf(const float* P, ptrdiff_t ldp, ptrdiff_t nrows, ptrdiff_t ncols,
+                                   const uint32_t* Vp, ptrdiff_t D, float* O, ptrdiff_t ldo, uint32_t* Pp,
+                                   int exact, fc_pf_stream* pf) {
+    (void)P; (void)ldp; (void)nrows; (void)ncols; (void)Vp; (void)D; (void)O; (void)ldo; (void)Pp; (void)exact;
+    (void)pf;  /* never called */
 }
 static inline void fc_qk_dpbf16_part(const uint32_t* Qp, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t D2, ptrdiff_t p0,
                                      const uint32_t* Kp, float* S, ptrdiff_t lds, ptrdiff_t j_begin,

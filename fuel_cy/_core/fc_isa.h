@@ -76,6 +76,16 @@ static inline __attribute__((always_inline)) void fc_pf_step(fc_pf_stream* s) {
 static inline void fc_pf_rest(fc_pf_stream* s) {
     while (s->r < s->nrows) fc_pf_step(s);
 }
+/* Lines per step that ask for s's lines within the first half of a product's nsteps steps (at
+ * least 1), so the last ones have the second half to arrive (the bf16 chunk tiles, whose rows are
+ * half a float32 row's lines: fc_qk_dpbf16_pf, fc_pv_dpbf16_pf); and those steps. */
+static inline int fc_pf_per_step(const fc_pf_stream* s, ptrdiff_t nsteps) {
+    ptrdiff_t left = (s->nrows - s->r) * s->lines - s->l, half = nsteps / 2;
+    return half > 0 && left > half ? (int)((left + half - 1) / half) : 1;
+}
+static inline __attribute__((always_inline)) void fc_pf_steps(fc_pf_stream* s, int n) {
+    for (int i = 0; i < n; i++) fc_pf_step(s);
+}
 /* Keys a paged decode's heads loops prefetch ahead of the group they compute (fc_gemm.h,
  * fc_half.h); their callers pass that many row pointers past the computed rows where they exist. */
 #define FC_PAGED_LOOKAHEAD 16

@@ -87,6 +87,9 @@ static ptrdiff_t fc_tn_ahead = -1;
  * and P V on its V loads.  Side by side (forms.py, 2 threads) the burst took 1.03-1.10x the time
  * on the bench's paged decode mix and its two chunks alone (8 and 4 queries over 3561 and 2795
  * keys, Hq=8 Hkv=2 D=128) in f32, 1.06-1.13x in f64, and 1.15-1.18x with the keys packed (f32).
+ * bf16 chunks (each tile's K and V pairs packed in its task, round_p on vdpbf16ps: fc_qk_dpbf16_pf,
+ * fc_pv_dpbf16_pf) ask for half the lines a tile; there the burst took 1.00-1.03x on the mix,
+ * 0.99-1.03x on the chunks alone and 1.02-1.04x with the keys packed.
  * Intel keeps 0 (unmeasured).  The same sums either way. */
 static int fc_chunk_spread = 0;
 

@@ -327,6 +327,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     if pair_tiles:
         kpp = <unsigned int*>(buf + flash_scratch(D))
         vpp = kpp + ((D + 1) // 2) * BC
+    cdef bint spread16 = pair_tiles and fc_chunk_spread   # (spread, for the tiles' bf16 pairs)
     # with o.k_rows, ktp is K itself, laid out as sh.lk says
     cdef real_t* krow0 = ktp + row_offset(&sh.lk, kvh, 0) if o.k_rows else NULL
     # a bf16 decode step's round_p P V on vdpbf16ps (fc_decode16.h), V's rows paired as they are read
@@ -503,20 +504,30 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         elif kpp != NULL:
             if pair_tiles:
                 # this tile's K pairs from its rows and V's rows asked for, as k_tiles' K^T below
+                # (spread16: V's rows during the scores, the next K rows during P V)
                 key_rows16(o, j0, nc, kprow16, sh.lk.ss, rows16)
                 if kpf != j0:
                     fc_prefetch_keys(<void**>rows16, nc, D * sizeof(unsigned short))
                 fc_pack_k_pairs_b16(rows16, nc, D, <unsigned int*>kpp)
                 kpf = j0 + BC
                 npf = kend - kpf if kend - kpf < BC else BC
-                key_rows16(o, kpf, npf, kprow16, sh.lk.ss, rows16)
-                if npf > 0:
-                    fc_prefetch_keys(<void**>rows16, npf, D * sizeof(unsigned short))
+                if spread16:
+                    key_rows16(o, kpf, npf, kprow16, sh.lk.ss, <const unsigned short**>pf_rows)
+                else:
+                    key_rows16(o, kpf, npf, kprow16, sh.lk.ss, rows16)
+                    if npf > 0:
+                        fc_prefetch_keys(<void**>rows16, npf, D * sizeof(unsigned short))
                 key_rows16(o, j0, nc, vprow16, ldv, rows16)
-                fc_prefetch_keys(<void**>rows16, nc, D * sizeof(unsigned short))
+                if not spread16:
+                    fc_prefetch_keys(<void**>rows16, nc, D * sizeof(unsigned short))
             if rnd_t is RoundNone and real_t is float:
-                fc_qk_dpbf16(Qp, nr4, D2, kpp if pair_tiles else kpp + ((kvh - kv0) * ntiles + t) * D2 * BC,
-                             S, BC, nc)
+                if spread16:
+                    fc_pf_init(&pfs, <void**>rows16, nc, D * sizeof(unsigned short))
+                    fc_qk_dpbf16_pf(Qp, nr4, D2, kpp, S, BC, nc, &pfs)
+                    fc_pf_rest(&pfs)
+                else:
+                    fc_qk_dpbf16(Qp, nr4, D2, kpp if pair_tiles else kpp + ((kvh - kv0) * ntiles + t) * D2 * BC,
+                                 S, BC, nc)
         elif krow16 != NULL:
             key_rows16(o, j0, nc, krow16, sh.lk.ss, rows16)
             if rnd_t is RoundNone and real_t is float:
@@ -666,10 +677,16 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             continue
         if vbase == NULL:   # (only V's bf16 pairs are at hand: the round_p product on them)
             if rnd_t is RoundNone and real_t is float:
-                if pair_tiles:   # (rows16 holds this tile's V rows, asked for before the dots)
+                if pair_tiles:   # (rows16 holds this tile's V rows, asked for before or during the dots)
                     fc_pack_v_pairs_b16(rows16, nc, D, <unsigned int*>vpp)
-                fc_pv_dpbf16_vec(S, BC, nr4, nc, vpp if pair_tiles else vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D,
-                                 D, O, D, Pp, rp_exp != o.round_p)
+                if spread16:
+                    fc_pf_init(&pfs, pf_rows, npf, D * sizeof(unsigned short))
+                    fc_pv_dpbf16_pf(S, BC, nr4, nc, vpp, D, O, D, Pp, rp_exp != o.round_p, &pfs)
+                    fc_pf_rest(&pfs)
+                else:
+                    fc_pv_dpbf16_vec(S, BC, nr4, nc,
+                                     vpp if pair_tiles else vpp + ((kvh - kv0) * ntiles + t) * (BC // 2) * D,
+                                     D, O, D, Pp, rp_exp != o.round_p)
             continue
         key_rows(o, j0, nc, vbase, ldv, <const real_t**>rows)
         if rnd_t is RoundNone and spread and (o.ktable != NULL or kpp == NULL):   # (the next K rows as it goes)

@@ -122,6 +122,11 @@ cdef extern from "fc_simd.h" nogil:
                       Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
     void fc_qk_pf_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S,
                       Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
+    void fc_qk_dpbf16_pf(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
+                         float* S, Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
+    void fc_pv_dpbf16_pf(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols,
+                         const unsigned int* Vp, Py_ssize_t D, float* O, Py_ssize_t ldo, unsigned int* Pp, int exact,
+                         fc_pf_stream* pf)
     void fc_transpose_f32(const float* src, Py_ssize_t lds, Py_ssize_t nrows, Py_ssize_t ncols, float* dst,
                           Py_ssize_t ldd)
     void fc_pair_rows_bf16(const float* x, Py_ssize_t rows, Py_ssize_t D, unsigned int* out, Py_ssize_t ldo)
