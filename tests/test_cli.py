@@ -318,7 +318,9 @@ def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(caps
         row("attention_flash_mixed", "F16", "B=1 H=8 S=1024 D=64", 110.0, 2.0, peer="torch SDPA f16", ms=10.0),
         row("attention_paged_naive", "F32", "decode", 40.0, 1.5, peer="torch SDPA (contiguous K/V)", pct_copy=60.0),
         row("attention_paged_naive", "F32", "decode", 40.0, 10.0, peer="torch gather + SDPA"),
-    ], "gemm_gflops": 160.0, "peak_gflops": {"f32": 200.0, "f64": 100.0},
+        # the founding f16 flash, every product and sum rounded, at 0.125x our f32 (which ran 160)
+        row("attention_flash", "F16", "B=1 H=8 S=2048 D=128", 20.0, 0.125, peer="fuel_cy attention_flash f32"),
+    ], "gemm_gflops": 160.0, "peak_gflops": {"f32": 200.0, "f64": 100.0, "f16 rounded": 25.0},
         "machine": {"features": ["avx512f", "avx512_bf16"]}}
     judged = {t["target"]: t for t in targets(result)}
     assert judged["flash f32 >= 1.2x torch SDPA, non-causal points"]["limit"] == (
@@ -337,6 +339,13 @@ def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(caps
     # on an AVX512-FP16 CPU the modes do not multiply alike: no such line (nor a peak one)
     fp16 = {t["target"]: t for t in targets({**result, "machine": {"features": ["avx512f", "avx512_fp16"]}})}
     assert fp16["mixed f16 flash, P in T: <= 1.0x our f32 flash's time"]["limit"] is None
+    # the founding f16 kernels without AVX512-FP16: against the rate of their rounded multiply-adds;
+    # 0.25x our f32's 160 is 40, more than that rate (on an AVX512-FP16 CPU: no line)
+    in_t = "f16 math in T within 4x of f32 (ratio >= 0.25; 2x on AVX512-FP16 CPUs, else 4x)"
+    assert judged[in_t]["limit"] == (
+        "worst at B=1 H=8 S=2048 D=128 (f16): ours 20 GFLOP/s = 80% of the f16 rounded peak (25); "
+        "0.25x the peer's 160 needs 40, more than the peak")
+    assert fp16["f16 math in T within 2x of f32 (ratio >= 0.50; 2x on AVX512-FP16 CPUs, else 4x)"]["limit"] is None
     # the bf16 dot product's peak was not measured: no line, as for the memory-bound decode
     assert judged["mixed bf16 flash, P in T: >= 1.5x torch SDPA bf16 (no AMX)"]["limit"] is None
     # bf16 with exact P multiplies on both units: 2 of the backward's 5 products on vdpbf16ps (peak
@@ -363,6 +372,7 @@ def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(caps
     assert [line.split(":")[0] for line in tail.strip().splitlines()] == [
         "- flash f32 >= 1.2x torch SDPA, non-causal points", "- backward f32 >= 1.3x torch autograd backward (GQA included)",
         "- paged decode >= 2x torch SDPA on contiguous K/V", "- paged decode >= 15x torch gather + SDPA",
+        "- f16 math in T within 4x of f32 (ratio >= 0.25; 2x on AVX512-FP16 CPUs, else 4x)",
         "- mixed f16 flash, P in T"], tail
 
 

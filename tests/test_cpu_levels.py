@@ -56,12 +56,12 @@ def test_each_level_needs_what_its_isa_level_defines():
 
 def test_each_level_measures_its_arithmetic_peak():
     """The ceilings `fuel-cy bench` judges compute-bound misses against (fc_peak.h): every level
-    this CPU runs measures a positive, finite f32 and f64 rate on one and on two threads, and the
-    bf16 dot product's exactly where the level compiles AVX512-BF16; a kind or thread count it
-    cannot measure is an error naming what it got."""
+    this CPU runs measures a positive, finite f32, f64 and f16-rounded rate on one and on two
+    threads, and the bf16 dot product's exactly where the level compiles AVX512-BF16; a kind or
+    thread count it cannot measure is an error naming what it got."""
     for name in fuel_cy.build_info()["supported_capabilities"]:
         core = cpu.load_level(name)
-        for kind in ("f32", "f64", "bf16"):
+        for kind in ("f32", "f64", "bf16", "f16 rounded"):
             for threads in (1, 2):
                 rate = core.peak_gflops(kind, threads, 0.002, 1)
                 if kind == "bf16" and "avx512_bf16" not in _features(name):
@@ -70,7 +70,7 @@ def test_each_level_measures_its_arithmetic_peak():
                     assert rate is not None and 0 < rate < 1e6, (name, kind, threads, rate)
         with pytest.raises(ValueError, match="nthreads must be >= 1, got 0"):
             core.peak_gflops("f32", 0)
-    with pytest.raises(ValueError, match="kind must be one of f32, f64, bf16, got 'f16'"):
+    with pytest.raises(ValueError, match="kind must be one of f32, f64, bf16, f16 rounded, got 'f16'"):
         cpu.peak_gflops("f16", 1)
 
 

@@ -12,6 +12,7 @@
 #ifndef FUEL_CY_FC_PEAK_H
 #define FUEL_CY_FC_PEAK_H
 #include "fc_isa.h"
+#include "fc_half.h"     /* fc_rf16_v: the f16 "math in T" GEMMs' rounding */
 
 #if FC_VBYTES == 64
 #define FC_PEAK_CHAINS 16
@@ -46,6 +47,28 @@ static volatile double fc_peak_sink;
     }
 FC_PEAK_LOOP(f32, float)
 FC_PEAK_LOOP(f64, double)
+
+/* The f16 "math in T" multiply-add as fc_gemm.h's convert form runs it (fc_rf16_v: vcvtps2ph +
+ * vcvtph2ps where the level has F16C): the product rounded to binary16, then the sum, two flops
+ * per lane.  The founding contract rounds every product and partial sum of its f16 kernels, so
+ * without AVX512-FP16 this bounds them, not the FMA peak.  Values stay at binary16 normals. */
+#define FC_PEAK_FLOPS_F16R (2.0 * FC_W32 * FC_PEAK_CHAINS)
+static double fc_peak_loop_f16r(long iters) {
+    fc_vec_f32 acc[FC_PEAK_CHAINS];
+    fc_vec_f32 a, b;
+    for (int l = 0; l < FC_W32; l++) {
+        a[l] = 0.5f;
+        b[l] = 0.25f;
+    }
+    for (int c = 0; c < FC_PEAK_CHAINS; c++) acc[c] = a * (float)(1 + c);
+    for (long i = 0; i < iters; i++) {
+        for (int c = 0; c < FC_PEAK_CHAINS; c++) acc[c] = fc_rf16_v(fc_rf16_v(acc[c] * a) + b);
+    }
+    double s = 0;
+    for (int c = 0; c < FC_PEAK_CHAINS; c++) s += (double)fc_hsum_f32(acc[c]);
+    fc_peak_sink = s;
+    return s;
+}
 
 /* vdpbf16ps: two bf16 products per float lane, four flops. */
 #if defined(__AVX512F__) && defined(__AVX512BF16__)

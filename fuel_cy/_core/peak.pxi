@@ -7,10 +7,12 @@ cdef extern from "fc_peak.h" nogil:
     double FC_PEAK_FLOPS_F32
     double FC_PEAK_FLOPS_F64
     double FC_PEAK_FLOPS_BF16
+    double FC_PEAK_FLOPS_F16R
     bint FC_PEAK_HAVE_BF16
     double fc_peak_loop_f32(long iters)
     double fc_peak_loop_f64(long iters)
     double fc_peak_loop_bf16(long iters)
+    double fc_peak_loop_f16r(long iters)
 
 
 cdef double _peak_run(int which, long iters, int nthreads) noexcept nogil:
@@ -21,22 +23,25 @@ cdef double _peak_run(int which, long iters, int nthreads) noexcept nogil:
             s += fc_peak_loop_f32(iters)
         elif which == 1:
             s += fc_peak_loop_f64(iters)
-        else:
+        elif which == 2:
             s += fc_peak_loop_bf16(iters)
+        else:
+            s += fc_peak_loop_f16r(iters)
     return s
 
 
 def peak_gflops(str kind, int nthreads, double seconds=0.1, int reps=5):
     """GFLOP/s of `nthreads` threads each running this level's register-only multiply-add loop:
-    kind "f32" or "f64" (fused multiply-adds where the level has them), or "bf16" (vdpbf16ps;
-    None at a level without AVX512-BF16).  The best of `reps` runs of about `seconds` each: a
-    ceiling, so noise must not lower it."""
-    cdef int which = {"f32": 0, "f64": 1, "bf16": 2}[kind]
+    kind "f32" or "f64" (fused multiply-adds where the level has them), "bf16" (vdpbf16ps; None at
+    a level without AVX512-BF16), or "f16 rounded" (a float32 multiply and add, each rounded to
+    binary16 as the f16 "math in T" kernels round them).  The best of `reps` runs of about
+    `seconds` each: a ceiling, so noise must not lower it."""
+    cdef int which = {"f32": 0, "f64": 1, "bf16": 2, "f16 rounded": 3}[kind]
     if nthreads < 1:
         raise ValueError(f"peak_gflops: nthreads must be >= 1, got {nthreads}")
     if which == 2 and not FC_PEAK_HAVE_BF16:
         return None
-    cdef double flops = (FC_PEAK_FLOPS_F32, FC_PEAK_FLOPS_F64, FC_PEAK_FLOPS_BF16)[which]
+    cdef double flops = (FC_PEAK_FLOPS_F32, FC_PEAK_FLOPS_F64, FC_PEAK_FLOPS_BF16, FC_PEAK_FLOPS_F16R)[which]
     cdef long iters = 1 << 16
     cdef double t0, best = 0
     while True:   # iterations for about `seconds` on this machine

@@ -118,13 +118,14 @@ def core() -> ModuleType:
     return load_level(capability())
 
 
-PEAK_KINDS = ("f32", "f64", "bf16")
+PEAK_KINDS = ("f32", "f64", "bf16", "f16 rounded")
 
 
 def peak_gflops(kind: str, nthreads: Optional[int] = None) -> Optional[float]:
     """The arithmetic peak of the level in use, measured: GFLOP/s of `nthreads` threads (default:
     the kernels' count, get_num_threads) running its register-only multiply-add loop (kind "f32",
-    "f64", or "bf16" for vdpbf16ps, None at a level without it).  The ceiling a compute-bound
+    "f64", "bf16" for vdpbf16ps, None at a level without it, or "f16 rounded": each product and
+    sum rounded to binary16, the f16 "math in T" kernels' arithmetic).  The ceiling a compute-bound
     kernel's rate is judged against (`fuel-cy bench`).  In a process forked after a thread team
     existed it runs on one thread, as the kernels do."""
     from . import _threads
