@@ -80,6 +80,19 @@ def _varlen_mix(dtype, chunks_only: bool, paged: bool = True) -> Callable[[], An
     return lambda: fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
 
 
+def _paged_decode(dtype, ctx: int) -> Callable[[], Any]:
+    """The bench's paged decode: B=16 Hq=32 Hkv=8 D=128, ctx keys per sequence in 16-key blocks in
+    random order."""
+    rng = np.random.default_rng(0)
+    b, hq, hkv, d, bs = 16, 32, 8, 128, 16
+    nblk = b * ctx // bs
+    kc, vc = (rng.standard_normal((nblk, bs, hkv, d)).astype(dtype) for _ in range(2))
+    table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
+    lens = np.full(b, ctx, np.uint32)
+    q = rng.standard_normal((b, hq, 1, d)).astype(dtype)
+    return lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens)
+
+
 def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
     """(choice, its hook, the forms to time, [(shape, call)]) for every choice this level has."""
     c = core()
@@ -109,6 +122,11 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
           ("varlen paged decode mix bf16", _varlen_mix(ml_dtypes.bfloat16, False)),
           ("varlen paged chunks of 8 and 4 queries bf16", _varlen_mix(ml_dtypes.bfloat16, True)),
           ("varlen decode mix bf16, keys packed", _varlen_mix(ml_dtypes.bfloat16, False, paged=False))]),
+        ("fc_paged_group", c._test_paged_group, [16, 8, 4],
+         [("paged decode f32 B=16 Hq=32 Hkv=8 D=128 ctx=1024 block=16", _paged_decode(np.float32, 1024)),
+          ("paged decode f32 ctx=2048", _paged_decode(np.float32, 2048)),
+          ("paged decode f64 ctx=1024", _paged_decode(np.float64, 1024)),
+          ("varlen paged decode mix f32 (bench's, seed 0)", _varlen_mix(np.float32, False))]),
     ]
     if len(c._test_gemm_blocks()) > 1:
         out.append(("fc_gemm_block", c._test_gemm_block, c._test_gemm_blocks(),

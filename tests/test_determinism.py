@@ -135,16 +135,53 @@ def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
     assert outs[0] == outs[1]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_paged_decode_key_groups_give_the_same_bits(dtype):
+    """fc_uarch.h fc_paged_group: the float32/float64 paged decode's heads loops visit the keys in
+    groups (asking for the rows a lookahead on before each); every group size from 1 to 16 gives
+    the same bits: attention_paged_naive (GQA, two query slots, context lengths of 1, 77, 130 and
+    160 keys, so groups cut short at a tile's and a sequence's end, with ALiBi) and
+    attention_varlen's decode steps over a paged pool beside a chunk."""
+    c = core()
+    saved = c._test_paged_group()
+    rng = np.random.default_rng(31)
+    b, hq, hkv, sq, d, bs, nblocks = 4, 16, 4, 2, 64, 16, 40
+    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
+    kc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    vc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
+    table = rng.permutation(nblocks)[: b * 10].reshape(b, 10).astype(np.uint32)
+    lens = np.array([160, 1, 77, 130], np.uint32)
+    slopes = rng.uniform(0.01, 0.3, hq).astype(dtype)
+    cu_q = np.array([0, 1, 2, 10, 11], np.uint32)   # decode steps, and a chunk of 8 queries
+    cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    qv = rng.standard_normal((int(cu_q[-1]), hq, d)).astype(dtype)
+    calls = [lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens),
+             lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, alibi_slopes=slopes),
+             lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True)]
+    seen = []
+    try:
+        for n in (16, 1, 3, 4, 8, 13):
+            assert c._test_paged_group(n) == n
+            seen.append([_bits(f()) for f in calls])
+    finally:
+        c._test_paged_group(saved)
+    assert all(s == seen[0] for s in seen)
+    for bad in (0, 17):
+        with pytest.raises(ValueError):
+            c._test_paged_group(bad)
+
+
 def test_micro_architecture_choices_follow_the_vendor():
     """fc_uarch.h, at AVX-512: AMD CPUs take 32 backward rows per step (128 where all five
     products run on vdpbf16ps) and the narrow register block of Q K^T and P V, the others
     (Intel, measured faster in each) 64 rows and the wide block; every CPU measured took the
     strided PV form and, at AVX-512, two register blocks per A^T copy; AMD CPUs at AVX-512 ask
     for dK's and dV's rows ahead where the two pass 1 MB (Zen 4's L2), the others never, and a
-    chunk's tiles ask for their next rows a line per product step (the others all at once).
-    Below AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow
-    register block (the only one its 16 registers hold), no requests ahead and the chunks' rows
-    asked for at once."""
+    chunk's tiles ask for their next rows a line per product step (the others all at once), and
+    the float32/float64 paged decode takes its keys four at a time (the others 16).  Below
+    AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow register
+    block (the only one its 16 registers hold), no requests ahead, the chunks' rows asked for at
+    once and keys 16 at a time."""
     from fuel_cy import _cpuid
 
     _, vendor, _, _ = _cpuid.probe()
@@ -158,6 +195,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_gemm_block() == ("wide" if avx512 and not amd512 else "narrow")
     assert core()._test_tn_ahead() == (1 << 20 if amd512 else -1)
     assert core()._test_chunk_spread() is amd512
+    assert core()._test_paged_group() == (4 if amd512 else 16)
 
 
 def test_f16_form_follows_the_instruction_set():

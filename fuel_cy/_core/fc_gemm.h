@@ -336,13 +336,13 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
  * Query rows are head-major, rph4 rows per head.  Every dot and every output element is computed
  * by fc_rowdots / fc_pv as before (same lanes, same sequential order over keys), so the bits do
  * not depend on the grouping. */
-/* Keys are visited in groups of FC_KEYGROUP; while one group is computed (head by head) the rows
+/* Keys are visited in groups of fc_paged_group (fc_uarch.h); while one group is computed (head by head) the rows
  * FC_PAGED_LOOKAHEAD keys on are prefetched into L2, one head's part per head visited: spread
  * over the heads loop rather than a burst of every head's lines, and into L2, not L1 (into L1 the
  * half-pool decode ran at 9.3 ms against 5.0; fc_half.h).  The callers pass the row pointers of up
  * to FC_PAGED_LOOKAHEAD keys past the computed ones (navail >= ncols), so the prefetch runs on
  * across their 128-key tiles. */
-#define FC_KEYGROUP 16
+#define FC_KEYGROUP_MAX 16   /* (fc_uarch.h fc_paged_group: the group this CPU takes) */
 /* The 16-lane f32 dots take four keys at a time where the level has AVX-512 (fc_rowdots4_f32). */
 #define FC_ROWDOTS_HEADS_f32(Q, nrows4, D, krows, ncols, S, lds) FC_ROWDOTS4_F32(Q, nrows4, D, krows, ncols, S, lds)
 #define FC_ROWDOTS_HEADS_f64(Q, nrows4, D, krows, ncols, S, lds) fc_rowdots_f64(Q, nrows4, D, krows, ncols, S, lds)
@@ -350,13 +350,13 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
 static inline void fc_rowdots_heads_##SUF(const T* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, \
                                           T* const* krows, ptrdiff_t ncols, ptrdiff_t navail,    \
                                           T* S, ptrdiff_t lds) {                                 \
-    FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP,                                           \
+    FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP_MAX, fc_paged_group,                       \
         FC_ROWDOTS_HEADS_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds)) \
 }                                                                                                \
 static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, \
                                      ptrdiff_t ncols, ptrdiff_t navail, T* const* vrows, ptrdiff_t D, \
                                      T* O, ptrdiff_t ldo) {                                      \
-    FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP,                                           \
+    FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP_MAX, fc_paged_group,                       \
         fc_pv_rows_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo)) \
 }
 

@@ -97,14 +97,14 @@ static inline void fc_prefetch_head_rows(const void* const* rows, ptrdiff_t j0, 
     ptrdiff_t nn = pf >= navail ? 0 : (navail - pf < n ? navail - pf : n);
     for (ptrdiff_t j = 0; j < nn; j++) fc_prefetch_l2((const char*)rows[pf + j] + ofs, bytes);
 }
-/* The paged decode's heads loop (fc_gemm.h, fc_half.h): keys [0, ncols) in groups of GROUP and,
- * per group, kv head by kv head: prefetch that head's rows FC_PAGED_LOOKAHEAD keys on, point
- * hrows (element type ET) at the group's rows of head h (D apart per head), then run CALL, which
- * sees j0, n (the group's size), h and hrows.  ROWS, ncols, navail, nheads and D come from the
- * enclosing function. */
-#define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GROUP, CALL)                                        \
+/* The paged decode's heads loop (fc_gemm.h, fc_half.h): keys [0, ncols) in groups of GROUP (at
+ * most GMAX, a constant) and, per group, kv head by kv head: prefetch that head's rows
+ * FC_PAGED_LOOKAHEAD keys on, point hrows (element type ET) at the group's rows of head h (D apart
+ * per head), then run CALL, which sees j0, n (the group's size), h and hrows.  ROWS, ncols,
+ * navail, nheads and D come from the enclosing function. */
+#define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GMAX, GROUP, CALL)                                  \
     {                                                                                            \
-        ET* hrows[GROUP];                                                                        \
+        ET* hrows[GMAX];                                                                         \
         for (ptrdiff_t j0 = 0; j0 < ncols; j0 += GROUP) {                                        \
             ptrdiff_t n = ncols - j0 < GROUP ? ncols - j0 : GROUP;                               \
             for (ptrdiff_t h = 0; h < nheads; h++) {                                             \

@@ -187,6 +187,17 @@ def _test_tn_ahead(nbytes=None):
     return fc_tn_ahead
 
 
+def _test_paged_group(n=None):
+    """Testing hook: the keys per group of the float32/float64 paged decode's heads loops (chosen
+    per CPU at load time: fc_uarch.h fc_paged_group); with an argument, switch to it first."""
+    global fc_paged_group
+    if n is not None:
+        if not 1 <= n <= 16:
+            raise ValueError(n)
+        fc_paged_group = n
+    return fc_paged_group
+
+
 def _test_chunk_spread(on=None):
     """Testing hook: whether a chunk's tiles ask for the rows they read next a line per step of their
     products' loops (True) or all at once before the scores (False; chosen per CPU at load time:
