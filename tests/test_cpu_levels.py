@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fuel_cy
@@ -72,6 +73,21 @@ def test_each_level_measures_its_arithmetic_peak():
             core.peak_gflops("f32", 0)
     with pytest.raises(ValueError, match="kind must be one of f32, f64, bf16, f16 rounded, got 'f16'"):
         cpu.peak_gflops("f16", 1)
+
+
+def test_each_level_reads_every_value_of_its_read_probe():
+    """fc_peak.h fc_read_pass, the read the bench times beside memory-bound calls: on every level
+    and thread count it reads each value once (the sum of distinct small integers, exact in
+    float32 per lane), empty and ragged lengths too; a thread count below 1 is an error."""
+    for name in fuel_cy.build_info()["supported_capabilities"]:
+        core = cpu.load_level(name)
+        for n in (0, 1, 63, 1000, 100_003):
+            x = (np.arange(n) % 7).astype(np.float32)
+            for threads in (1, 2, 3):
+                assert core.read_pass(x, threads) == float((np.arange(n) % 7).sum()), (name, n, threads)
+        with pytest.raises(ValueError, match="nthreads must be >= 1, got 0"):
+            core.read_pass(np.ones(4, np.float32), 0)
+    assert cpu.read_pass(np.ones(10, np.float32)) == 10.0
 
 
 @pytest.mark.skipif(not (X86 and Path("/proc/cpuinfo").exists()), reason="Linux x86 only")

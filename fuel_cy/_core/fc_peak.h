@@ -70,6 +70,24 @@ static double fc_peak_loop_f16r(long iters) {
     return s;
 }
 
+/* One read of n floats, summed in four vector chains: the machine's read rate, against which
+ * `fuel-cy bench` sets a memory-bound kernel's reads beside the copy rate (a copy also writes,
+ * and numpy's runs on one thread).  Returns the sum, so the reads are not dead. */
+static double fc_read_pass(const float* x, ptrdiff_t n) {
+    fc_vec_f32 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    ptrdiff_t i = 0;
+    for (; i + 4 * FC_W32 <= n; i += 4 * FC_W32) {
+        a0 += fc_load_f32(x + i);
+        a1 += fc_load_f32(x + i + FC_W32);
+        a2 += fc_load_f32(x + i + 2 * FC_W32);
+        a3 += fc_load_f32(x + i + 3 * FC_W32);
+    }
+    double s = (double)fc_hsum_f32(a0 + a1 + a2 + a3);
+    for (; i < n; i++) s += x[i];
+    fc_peak_sink = s;
+    return s;
+}
+
 /* vdpbf16ps: two bf16 products per float lane, four flops. */
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define FC_PEAK_HAVE_BF16 1

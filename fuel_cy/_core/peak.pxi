@@ -13,6 +13,7 @@ cdef extern from "fc_peak.h" nogil:
     double fc_peak_loop_f64(long iters)
     double fc_peak_loop_bf16(long iters)
     double fc_peak_loop_f16r(long iters)
+    double fc_read_pass(const float* x, Py_ssize_t n)
 
 
 cdef double _peak_run(int which, long iters, int nthreads) noexcept nogil:
@@ -57,3 +58,23 @@ def peak_gflops(str kind, int nthreads, double seconds=0.1, int reps=5):
             _peak_run(which, iters, nthreads)
         best = max(best, flops * iters * nthreads / (_time.perf_counter() - t0) / 1e9)
     return best
+
+
+def read_pass(const float[::1] buf, int nthreads):
+    """One read of buf by `nthreads` threads, each its own contiguous share (fc_peak.h
+    fc_read_pass); returns the sum of its values.  Timed beside a memory-bound call, the machine's
+    read rate on the bench's threads (bytes read per second)."""
+    if nthreads < 1:
+        raise ValueError(f"read_pass: nthreads must be >= 1, got {nthreads}")
+    cdef Py_ssize_t n = buf.shape[0], share = (n + nthreads - 1) // nthreads, lo, hi
+    cdef int t
+    cdef double s = 0
+    if n == 0:
+        return 0.0
+    with nogil:
+        for t in prange(nthreads, schedule='static', num_threads=nthreads):
+            lo = t * share
+            hi = lo + share if lo + share < n else n
+            if hi > lo:
+                s += fc_read_pass(&buf[lo], hi - lo)
+    return s

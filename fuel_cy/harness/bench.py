@@ -117,6 +117,7 @@ class CopyProbe:
     def __init__(self, mib: int = 64) -> None:
         self.src = np.ones(mib * 1024 * 1024 // 4, np.float32)
         self.dst = np.empty_like(self.src)
+        self.rbuf = np.ones_like(self.src)   # (its own: the copy's lines are the last in the L3)
 
     def __call__(self) -> None:
         np.copyto(self.dst, self.src)
@@ -124,6 +125,17 @@ class CopyProbe:
     def gbps(self, seconds: float) -> float:
         """The copy rate (bytes read + written per second, as copy_gbps) of one timed call."""
         return 2 * self.src.nbytes / seconds / 1e9
+
+    def read(self) -> None:
+        """A read alone on the kernels' threads (runtime.cpu.read_pass): numpy's copy runs on one
+        thread and writes too, so a kernel that only reads, on every thread, can pass its rate."""
+        from ..runtime import cpu
+
+        cpu.read_pass(self.rbuf)
+
+    def read_gbps(self, seconds: float) -> float:
+        """The read rate (bytes read per second) of one timed read()."""
+        return self.rbuf.nbytes / seconds / 1e9
 
 
 def copy_gbps() -> float:
@@ -133,10 +145,11 @@ def copy_gbps() -> float:
     return probe.gbps(t)
 
 
-def _read_share(kv_bytes: int, t_ours: float, t_copy: float, probe: CopyProbe) -> dict[str, float]:
-    """A memory-bound row's read rate and its share of the copy rate timed beside it."""
-    rate = probe.gbps(t_copy)
-    return {"kv_gbps": kv_bytes / t_ours / 1e9, "pct_copy": 100 * kv_bytes / t_ours / 1e9 / rate, "copy_gbps": rate}
+def _read_share(kv_bytes: int, t_ours: float, t_copy: float, probe: CopyProbe, t_read: float) -> dict[str, float]:
+    """A memory-bound row's read rate and its shares of the copy rate and of the read rate timed
+    beside it."""
+    kv, rate, read = kv_bytes / t_ours / 1e9, probe.gbps(t_copy), probe.read_gbps(t_read)
+    return {"kv_gbps": kv, "pct_copy": 100 * kv / rate, "copy_gbps": rate, "pct_read": 100 * kv / read, "read_gbps": read}
 
 
 def contiguous_kv(torch, pool: np.ndarray, table: np.ndarray):
@@ -329,16 +342,16 @@ def _paged_rows(torch, rng, quick, progress, probe):
                 v_ = vct[tt].permute(0, 3, 1, 2, 4).reshape(b, hkv, ctx, d)
                 return torch.nn.functional.scaled_dot_product_attention(tq, k_, v_, enable_gqa=True)
 
-            t_ours, t_sdpa, t_gather, t_copy = interleaved(
+            t_ours, t_sdpa, t_gather, t_copy, t_read = interleaved(
                 [ours, lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True), gather_sdpa,
-                 probe], reps=5)
+                 probe, probe.read], reps=5)
             rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops, "torch SDPA (contiguous K/V)",
-                             t_sdpa * 1e3, **_read_share(kv_bytes, t_ours, t_copy, probe)))
+                             t_sdpa * 1e3, **_read_share(kv_bytes, t_ours, t_copy, probe, t_read)))
             rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops, "torch gather + SDPA", t_gather * 1e3))
         else:
-            t_ours, t_copy = interleaved([ours, probe])
+            t_ours, t_copy, t_read = interleaved([ours, probe, probe.read])
             rows.append(_row("attention_paged_naive", "F32", shape, t_ours * 1e3, flops,
-                             **_read_share(kv_bytes, t_ours, t_copy, probe)))
+                             **_read_share(kv_bytes, t_ours, t_copy, probe, t_read)))
         if ctx == 1024:
             rows += _half_rows("attention_paged_naive", shape, flops, progress, [q, kc, vc, table, lens],
                                fuel_cy.attention_paged_naive)
@@ -421,12 +434,13 @@ def _mixed_rows(torch, rng, quick, progress, probe):
             tk, tv = (contiguous_kv(torch, x, table).to(tdt) for x in pool)
             tq = torch.from_numpy(q32).to(tdt)
             progress(f"mixed paged {code} {shape}")
-            t_ours, t_peer, t_copy = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
-                                                  lambda: sdpa(tq, tk, tv, enable_gqa=True), probe], reps=5)
+            t_ours, t_peer, t_copy, t_read = interleaved([lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
+                                                          lambda: sdpa(tq, tk, tv, enable_gqa=True), probe, probe.read],
+                                                         reps=5)
             kv_bytes = 2 * kc.nbytes
             rows.append(_row("attention_paged_mixed", code, shape, t_ours * 1e3, 4 * b * hq * ctx * d,
                              f"torch SDPA {code.lower()} (contiguous K/V)", t_peer * 1e3,
-                             **_read_share(kv_bytes, t_ours, t_copy, probe)))
+                             **_read_share(kv_bytes, t_ours, t_copy, probe, t_read)))
             del kc, vc, tk, tv
     return rows
 
@@ -550,13 +564,13 @@ def _varlen_paged_rows(torch, rng, quick, progress, probe):
                 for qq, kk, vv in seq_kv:
                     sdpa(qq, kk, vv, enable_gqa=True, is_causal=False)
 
-        t_ours, t_peer, t_copy = interleaved([lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table,
-                                                                               causal=True),
-                                              per_sequence, probe], reps=5)
+        t_ours, t_peer, t_copy, t_read = interleaved(
+            [lambda: fuel_cy.attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, causal=True),
+             per_sequence, probe, probe.read], reps=5)
         kv_bytes = 2 * int(lens_k.sum()) * hkv * d * np.dtype(npdt).itemsize
         rows.append(_row("attention_varlen", code, shape, t_ours * 1e3, flops,
                          f"torch SDPA per sequence {code.lower()} (contiguous K/V)", t_peer * 1e3,
-                         **_read_share(kv_bytes, t_ours, t_copy, probe)))
+                         **_read_share(kv_bytes, t_ours, t_copy, probe, t_read)))
     return rows
 
 
@@ -769,8 +783,10 @@ def print_table(result: dict[str, Any]) -> None:
     for r in result["rows"]:
         if r.get("pct_copy") is not None:
             beside = f" ({r['copy_gbps']:.1f} GB/s, timed beside it)" if r.get("copy_gbps") else ""
+            read = (f", {r['pct_read']:.0f}% of a read alone on the same threads ({r['read_gbps']:.1f} GB/s)"
+                    if r.get("pct_read") is not None else "")
             print(f"paged {r['shape']}: K+V read at {r['kv_gbps']:.1f} GB/s = {r['pct_copy']:.0f}% of the copy rate"
-                  f"{beside}")
+                  f"{beside}{read}")
     for r in result["rows"]:
         if r.get("us") is not None:
             peer = f"; {r['peer']} {r['peer_us']:.1f} µs" if r.get("peer_us") is not None else ""

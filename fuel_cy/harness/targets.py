@@ -90,8 +90,9 @@ def _worst(rows: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
 
 def copy_limit(rows: list[dict[str, Any]], goal: float, everything: list[dict[str, Any]]) -> Optional[str]:
     """A memory-bound ratio target's worst point against the copy rate: the share of it at which we
-    read K + V, and the share the goal would need (the same bytes in the time the goal allows).
-    The row against a second peer carries no read rate: its shape's row against the first does."""
+    read K + V, and the share the goal would need (the same bytes in the time the goal allows);
+    the same against a read alone on the kernels' threads where the run timed one beside it.  The
+    row against a second peer carries no read rate: its shape's row against the first does."""
     r = _worst(rows)
     if r is None:
         return None
@@ -103,8 +104,18 @@ def copy_limit(rows: list[dict[str, Any]], goal: float, everything: list[dict[st
         return None
     need = pct * goal / r["ratio"]
     reach = ", more than the copy rate" if need > 100 else ""
-    return (f"worst at {r['shape']} ({r['dtype'].lower()}): ours reads K+V at {pct:.0f}% of the copy rate; "
+    line = (f"worst at {r['shape']} ({r['dtype'].lower()}): ours reads K+V at {pct:.0f}% of the copy rate; "
             f"{goal:.2f}x the peer needs {need:.0f}%{reach}")
+    # a read alone on the kernels' threads (a copy also writes, on one thread): the machine's ceiling
+    read = r.get("pct_read")
+    if read is None:
+        read = next((x["pct_read"] for x in everything if x.get("pct_read") is not None and x["kernel"] == r["kernel"]
+                     and x["dtype"] == r["dtype"] and x["shape"] == r["shape"]), None)
+    if read is not None:
+        need_read = read * goal / r["ratio"]
+        line += (f"; against a read alone on the same threads, ours {read:.0f}%, the goal "
+                 f"{need_read:.0f}%{', more than it' if need_read > 100 else ''}")
+    return line
 
 
 def ratio_limit(rows: list[dict[str, Any]], goal: float, peaks: dict[str, float], features: set[str]) -> Optional[str]:

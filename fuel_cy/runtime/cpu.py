@@ -134,3 +134,13 @@ def peak_gflops(kind: str, nthreads: Optional[int] = None) -> Optional[float]:
         raise ValueError(f"peak_gflops: kind must be one of {', '.join(PEAK_KINDS)}, got {kind!r}")
     n = _threads.get_num_threads() if nthreads is None else _threads.team_of(nthreads)
     return cast("Optional[float]", core().peak_gflops(kind, n))
+
+
+def read_pass(buf: Any, nthreads: Optional[int] = None) -> float:
+    """One read of a C-contiguous float32 array by `nthreads` threads (default: the kernels'
+    count), each its own share; returns the sum of its values.  Timed, the machine's read rate:
+    what `fuel-cy bench` sets a memory-bound kernel's reads against beside the copy rate."""
+    from . import _threads
+
+    n = _threads.get_num_threads() if nthreads is None else _threads.team_of(nthreads)
+    return cast(float, core().read_pass(buf, n))
