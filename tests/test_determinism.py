@@ -114,17 +114,22 @@ def test_chunked_packing_gives_the_same_bits(dtype, monkeypatch):
         assert _bits(getattr(fuel_cy, name)(*args, **params)) == whole[name], name
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
-    """Paged tasks serve several kv heads at once, as many as keeps every thread busy: at B=4,
-    Hkv=8 one thread takes all 8 heads per task and two threads take 4, yet the bits agree."""
-    rng = np.random.default_rng(8)
-    b, hq, hkv, sq, d, bs, nblocks = 4, 32, 8, 2, 64, 16, 40
+def _paged(dtype, rng, hq, hkv):
+    """A paged decode's inputs: B=4, two query slots, D=64, a pool of 40 blocks of 16 keys in random
+    order, context lengths 160, 1, 77 and 130 (tiles and groups cut short)."""
+    b, sq, d, bs, nblocks = 4, 2, 64, 16, 40
     q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
     kc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
     vc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
     table = rng.permutation(nblocks)[: b * 10].reshape(b, 10).astype(np.uint32)
-    lens = np.array([160, 1, 77, 130], np.uint32)
+    return q, kc, vc, table, np.array([160, 1, 77, 130], np.uint32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
+    """Paged tasks serve several kv heads at once, as many as keeps every thread busy: at B=4,
+    Hkv=8 one thread takes all 8 heads per task and two threads take 4, yet the bits agree."""
+    q, kc, vc, table, lens = _paged(dtype, np.random.default_rng(8), 32, 8)
     outs = []
     try:
         for threads in (1, 2):
@@ -145,16 +150,11 @@ def test_paged_decode_key_groups_give_the_same_bits(dtype):
     c = core()
     saved = c._test_paged_group()
     rng = np.random.default_rng(31)
-    b, hq, hkv, sq, d, bs, nblocks = 4, 16, 4, 2, 64, 16, 40
-    q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
-    kc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
-    vc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
-    table = rng.permutation(nblocks)[: b * 10].reshape(b, 10).astype(np.uint32)
-    lens = np.array([160, 1, 77, 130], np.uint32)
-    slopes = rng.uniform(0.01, 0.3, hq).astype(dtype)
+    q, kc, vc, table, lens = _paged(dtype, rng, 16, 4)
+    slopes = rng.uniform(0.01, 0.3, 16).astype(dtype)
     cu_q = np.array([0, 1, 2, 10, 11], np.uint32)   # decode steps, and a chunk of 8 queries
     cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
-    qv = rng.standard_normal((int(cu_q[-1]), hq, d)).astype(dtype)
+    qv = rng.standard_normal((int(cu_q[-1]), 16, 64)).astype(dtype)
     calls = [lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens),
              lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, alibi_slopes=slopes),
              lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True)]
