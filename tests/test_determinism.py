@@ -171,6 +171,37 @@ def test_paged_decode_key_groups_give_the_same_bits(dtype):
             c._test_paged_group(bad)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_flash_score_slabs_give_the_same_bits(dtype):
+    """fc_uarch.h fc_qk_slab: the flash tile's scores and softmax in slabs of query rows or the
+    whole tile at once give the same bits: plain rows, causal (diagonal tiles cut short), GQA, a
+    row count that leaves a short last slab, softcap and ALiBi (the transformed rows), a boolean
+    mask, and the backward, whose forward statistics do not go through the slabs."""
+    c = core()
+    saved = c._test_qk_slab()
+    rng = np.random.default_rng(37)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+    q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
+    slopes = rng.uniform(0.01, 0.3, 4).astype(dtype)
+    mask = rng.random((1, 1, 203, 330)) < 0.8
+    calls = [lambda: fuel_cy.attention_flash(q, k, v),
+             lambda: fuel_cy.attention_flash(q, k, v, causal=True),
+             lambda: fuel_cy.attention_flash(q, k, v, slopes, softcap=5.0),
+             lambda: fuel_cy.attention_masked(q, k, v, mask),
+             lambda: fuel_cy.attention_flash_backward(q, k, v, do, causal=True)]
+    seen = []
+    try:
+        for n in (0, 4, 8, 12, 16, 32, 64):
+            assert c._test_qk_slab(n) == n
+            seen.append([_bits(f()) for f in calls])
+    finally:
+        c._test_qk_slab(saved)
+    assert all(s == seen[0] for s in seen)
+    for bad in (-4, 2, 6, 68):
+        with pytest.raises(ValueError):
+            c._test_qk_slab(bad)
+
+
 def test_micro_architecture_choices_follow_the_vendor():
     """fc_uarch.h, at AVX-512: AMD CPUs take 32 backward rows per step (128 where all five
     products run on vdpbf16ps) and the narrow register block of Q K^T and P V, the others
@@ -181,7 +212,8 @@ def test_micro_architecture_choices_follow_the_vendor():
     the float32/float64 paged decode takes its keys four at a time (the others 16).  Below
     AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow register
     block (the only one its 16 registers hold), no requests ahead, the chunks' rows asked for at
-    once and keys 16 at a time."""
+    once and keys 16 at a time.  Every CPU takes a flash tile's scores whole (slabs measured no
+    faster on Zen 4 and are untried elsewhere)."""
     from fuel_cy import _cpuid
 
     _, vendor, _, _ = _cpuid.probe()
@@ -196,6 +228,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_tn_ahead() == (1 << 20 if amd512 else -1)
     assert core()._test_chunk_spread() is amd512
     assert core()._test_paged_group() == (4 if amd512 else 16)
+    assert core()._test_qk_slab() == 0
 
 
 def test_f16_form_follows_the_instruction_set():

@@ -105,6 +105,18 @@ static int fc_chunk_spread = 0;
  * same sums whatever the group (each dot alone, P V sequential over keys). */
 static int fc_paged_group = 16;
 
+/* Query rows per slab of the float32/float64 flash tile's scores (kernels.pxi flash_task, over
+ * K^T tiles packed per kv head): 0, the tile's 64 rows of scores in one product and then each
+ * row's softmax pass; n (a multiple of 4), n rows' scores and then those rows' softmax, slab by
+ * slab, so that the pass reads its rows while they are still in L1 (the 32 KB score tile is a
+ * Zen 4's whole L1d) at the cost of reading the K^T tile from L2 once per slab.  The Xeon's
+ * profiles put part of its f32 flash's gap in that second pass (benchmarks/results/intel-xeon/
+ * notes.md); on Zen 4 slabs of 8, 16 and 32 rows ran 0.97-1.02x the whole tile's time (flash f32
+ * S=2048 D=64 and 128, S=4096 D=64 causal, f64 S=2048 D=128; three runs, forms.py,
+ * benchmarks/results/forms/amd-epyc-qk-slab.json), so every CPU keeps 0 until one measures a
+ * gain.  Each score is the same sequential sum over d either way. */
+static int fc_qk_slab = 0;
+
 /* Whether the compiler is at least gcc G or clang C: new instructions written as inline assembly
  * need an assembler that knows them, which comes with compilers of about that age. */
 #if defined(__clang__)

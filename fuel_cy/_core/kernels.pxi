@@ -444,6 +444,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     # (o.vt16) V's bf16 rows, for what the tiles leave
     cdef const unsigned short* vtrow16 = o.vt16 + row_offset(&sh.lv, kvh, 0) if o.vt16 != NULL else NULL
     cdef bint p16 = False
+    cdef bint slabbed = False
     cdef unsigned short* P16 = <unsigned short*>Pp
     fc_amx_hold()   # (the tile kernels below configure the tiles once for the task)
     for t in range(ntiles):
@@ -480,6 +481,7 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
         if rnd_t is RoundNone and plain and cls == 1 and ilast + o.shift + 1 - j0 < nc:
             nc = ilast + o.shift + 1 - j0
         p16 = p16_ok and fc_pv_paired_whole(nr4, nc, D)
+        slabbed = False
         if lds != BC:   # a decode step: this tile's dots are in S already, or the run starts here
             if j0 >= wend:
                 wbase = j0
@@ -567,9 +569,14 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 qk_tile_pf(Qs, nr4, D, ktile, S, BC, nc, &pfs)
                 fc_pf_rest(&pfs)
                 key_rows(o, kpf, npf, ktp + row_offset(&sh.lk, kvh, 0), sh.lk.ss, <const real_t**>pf_rows)
+            elif rnd_t is RoundNone and ktile == NULL and fc_qk_slab > 0:
+                slabbed = True   # (the scores slab by slab in the rows' loop: fc_uarch.h fc_qk_slab)
             else:
                 qk_tile(tag, Qs, nr4, D, ktile if ktile != NULL else kth + t * D * BC, S, BC, nc)
         for r in range(nr):
+            if slabbed and r % fc_qk_slab == 0:
+                qk_tile(tag, Qs + r * D, nr4 - r if nr4 - r < fc_qk_slab else fc_qk_slab, D,
+                        kth + t * D * BC, S + r * BC, BC, nc)
             srow = S + r * lds + toff
             nrow = nc
             if plain and cls == 1:

@@ -198,6 +198,18 @@ def _test_paged_group(n=None):
     return fc_paged_group
 
 
+def _test_qk_slab(n=None):
+    """Testing hook: the query rows per slab of the float32/float64 flash tile's scores and
+    softmax (0: the whole tile at once; chosen per CPU at load time: fc_uarch.h fc_qk_slab); with
+    an argument, switch to it first."""
+    global fc_qk_slab
+    if n is not None:
+        if not (n == 0 or (4 <= n <= BR_FLASH and n % NR == 0)):
+            raise ValueError(n)
+        fc_qk_slab = n
+    return fc_qk_slab
+
+
 def _test_chunk_spread(on=None):
     """Testing hook: whether a chunk's tiles ask for the rows they read next a line per step of their
     products' loops (True) or all at once before the scores (False; chosen per CPU at load time:
