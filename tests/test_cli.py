@@ -389,6 +389,33 @@ def test_bench_measures_each_compute_bound_miss_against_the_arithmetic_peak(caps
         "- mixed f16 flash, P in T"], tail
 
 
+def test_bench_measures_each_read_share_miss_against_the_read_and_the_arithmetic():
+    """A memory-bound call's share of the copy rate, missed, is set against a read alone on the
+    same threads and against the peak of the unit its products run on (bf16 on vdpbf16ps where
+    the CPU has it), so the line says whether bandwidth, arithmetic or neither holds it; its
+    worst point is the lowest share, whichever the row's ratio."""
+    from fuel_cy.harness.targets import targets
+
+    def row(dtype, pct_copy, gflops, ratio):
+        return {"kernel": "attention_varlen", "dtype": dtype, "shape": f"mix {dtype}", "gflops": gflops,
+                "ratio": ratio, "peer": "torch SDPA per sequence (contiguous K/V)", "pct_copy": pct_copy,
+                "kv_gbps": 0.25 * pct_copy, "copy_gbps": 25.0, "pct_read": pct_copy / 1.25, "read_gbps": 31.25}
+
+    name = "varlen over a paged pool (decode-heavy) K+V read >= 70% of the copy rate"
+    result = {"rows": [row("F32", 88.0, 60.0, 3.0), row("BF16", 64.0, 100.0, 14.0)],
+              "peak_gflops": {"f32": 200.0, "bf16": 400.0}, "machine": {"features": ["avx512f", "avx512_bf16"]}}
+    (t,) = [t for t in targets(result) if t["target"] == name]
+    assert t["met"] is False and t["measured"] == "64% - 88%"
+    assert t["limit"] == ("worst at mix BF16 (bf16): K+V read at 16.0 GB/s, 64% of a 25.0 GB/s copy timed beside "
+                          "it and 51% of a read alone on the same threads (31.2 GB/s); its arithmetic at 100 "
+                          "GFLOP/s, 25% of the bf16 peak")
+    # without AVX512-BF16 the bf16 products run on float32 FMAs; with no peak measured, no such clause
+    (t,) = [t for t in targets({**result, "machine": {"features": ["avx512f"]}}) if t["target"] == name]
+    assert t["limit"].endswith("its arithmetic at 100 GFLOP/s, 50% of the f32 peak")
+    (t,) = [t for t in targets({**result, "peak_gflops": {}}) if t["target"] == name]
+    assert t["limit"].endswith("(31.2 GB/s)")
+
+
 # ---- issue #16: the CLI on top of the library, and the edit workflow in both install modes ------
 
 def _checkout(dest: Path, *, sources: bool = True) -> Path:
