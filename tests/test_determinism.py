@@ -175,8 +175,9 @@ def test_paged_decode_key_groups_give_the_same_bits(dtype):
 def test_flash_score_slabs_give_the_same_bits(dtype):
     """fc_uarch.h fc_qk_slab: the flash tile's scores and softmax in slabs of query rows or the
     whole tile at once give the same bits: plain rows, causal (diagonal tiles cut short), GQA, a
-    row count that leaves a short last slab, softcap and ALiBi (the transformed rows), a boolean
-    mask, and the backward, whose forward statistics do not go through the slabs."""
+    row count that leaves a short last slab, a GQA tile of stacked heads with D = 40, softcap and
+    ALiBi (the transformed rows), a boolean mask, and the backward, whose forward statistics do
+    not go through the slabs."""
     c = core()
     saved = c._test_qk_slab()
     rng = np.random.default_rng(37)
@@ -184,7 +185,10 @@ def test_flash_score_slabs_give_the_same_bits(dtype):
     q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
     slopes = rng.uniform(0.01, 0.3, 4).astype(dtype)
     mask = rng.random((1, 1, 203, 330)) < 0.8
-    calls = [lambda: fuel_cy.attention_flash(q, k, v),
+    # a few positions of 4 query heads per kv head stacked into one tile, D not a multiple of 16
+    qs, ks, vs = r(2, 8, 5, 40), r(2, 2, 77, 40), r(2, 2, 77, 40)
+    calls = [lambda: fuel_cy.attention_flash(qs, ks, vs, causal=True),
+             lambda: fuel_cy.attention_flash(q, k, v),
              lambda: fuel_cy.attention_flash(q, k, v, causal=True),
              lambda: fuel_cy.attention_flash(q, k, v, slopes, softcap=5.0),
              lambda: fuel_cy.attention_masked(q, k, v, mask),
