@@ -414,6 +414,10 @@ def test_bench_measures_each_read_share_miss_against_the_read_and_the_arithmetic
     assert t["limit"].endswith("its arithmetic at 100 GFLOP/s, 50% of the f32 peak")
     (t,) = [t for t in targets({**result, "peak_gflops": {}}) if t["target"] == name]
     assert t["limit"].endswith("(31.2 GB/s)")
+    # a record from before the read probe: the copy's rate from the row's own share, no read clause
+    old = [{k: v for k, v in r.items() if k not in ("copy_gbps", "pct_read", "read_gbps")} for r in result["rows"]]
+    (t,) = [t for t in targets({**result, "rows": old, "peak_gflops": {}}) if t["target"] == name]
+    assert t["limit"] == "worst at mix BF16 (bf16): K+V read at 16.0 GB/s, 64% of a 25.0 GB/s copy timed beside it"
 
 
 # ---- issue #16: the CLI on top of the library, and the edit workflow in both install modes ------

@@ -127,8 +127,9 @@ def read_limit(rows: list[dict[str, Any]], peaks: dict[str, float], features: se
     if not measured:
         return None
     r = min(measured, key=lambda x: x["pct_copy"])
+    copy = r.get("copy_gbps") or 100 * r["kv_gbps"] / r["pct_copy"]   # (a record without it: what its share implies)
     line = (f"worst at {r['shape']} ({r['dtype'].lower()}): K+V read at {r['kv_gbps']:.1f} GB/s, "
-            f"{r['pct_copy']:.0f}% of a {r['copy_gbps']:.1f} GB/s copy timed beside it")
+            f"{r['pct_copy']:.0f}% of a {copy:.1f} GB/s copy timed beside it")
     if r.get("pct_read") is not None:
         line += f" and {r['pct_read']:.0f}% of a read alone on the same threads ({r['read_gbps']:.1f} GB/s)"
     # bf16 weights and values on vdpbf16ps where the CPU has it; f16 widened onto float32 FMAs
