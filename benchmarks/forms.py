@@ -30,14 +30,9 @@ def _arrays(dtype, s: int, d: int, n: int, seed: int = 0) -> list[np.ndarray]:
     return [rng.standard_normal((1, 8, s, d)).astype(dtype) for _ in range(n)]
 
 
-def _flash(dtype, s: int, d: int) -> Callable[[], Any]:
+def _flash(dtype, s: int, d: int, causal: bool = False) -> Callable[[], Any]:
     q, k, v = _arrays(dtype, s, d, 3)
-    return lambda: fuel_cy.attention_flash(q, k, v)
-
-
-def _flash_causal(dtype, s: int, d: int) -> Callable[[], Any]:
-    q, k, v = _arrays(dtype, s, d, 3)
-    return lambda: fuel_cy.attention_flash(q, k, v, causal=True)
+    return lambda: fuel_cy.attention_flash(q, k, v, causal=causal)
 
 
 def _backward(dtype, s: int, d: int) -> Callable[[], Any]:
@@ -130,7 +125,7 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
         ("fc_qk_slab", c._test_qk_slab, [0, 8, 16, 32],
          [("flash f32 B=1 H=8 S=2048 D=64", _flash(np.float32, 2048, 64)),
           ("flash f32 B=1 H=8 S=2048 D=128", _flash(np.float32, 2048, 128)),
-          ("flash f32 B=1 H=8 S=4096 D=64 causal", _flash_causal(np.float32, 4096, 64)),
+          ("flash f32 B=1 H=8 S=4096 D=64 causal", _flash(np.float32, 4096, 64, causal=True)),
           ("flash f64 B=1 H=8 S=2048 D=128", _flash(np.float64, 2048, 128))]),
         ("fc_paged_group", c._test_paged_group, [16, 8, 4],
          [("paged decode f32 B=16 Hq=32 Hkv=8 D=128 ctx=1024 block=16", _paged_decode(np.float32, 1024)),
