@@ -357,6 +357,8 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
                             str(tests / "test_validators.py"), str(tests / "test_extremes.py"),
                             str(tests / "test_varlen.py"), str(tests / "test_sdpa.py"),
                             str(tests / "test_round_p.py") + "::test_backward_round_p_bits_do_not_depend_on_step_rows",
+                            # the flash tile's scores slab by slab (off by default: switched on through its hook)
+                            str(tests / "test_determinism.py") + "::test_flash_score_slabs_give_the_same_bits",
                             str(tests / "test_robustness.py") + "::test_fuzz_valid_forward_matches_reference",
                             str(tests / "test_robustness.py") + "::test_fuzz_near_valid_is_input_error"],
                            cwd=proj, capture_output=True, text=True, env={**run_env, "FUEL_CY_CPU_CAPABILITY": level},
