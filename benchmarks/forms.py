@@ -93,6 +93,18 @@ def _paged_decode(dtype, ctx: int) -> Callable[[], Any]:
     return lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens)
 
 
+def _paged_mixed(dtype, ctx: int) -> Callable[[], Any]:
+    """The bench's mixed paged decode: as _paged_decode, a bf16 or f16 pool, float32 math."""
+    rng = np.random.default_rng(0)
+    b, hq, hkv, d, bs = 16, 32, 8, 128, 16
+    nblk = b * ctx // bs
+    kc, vc = (rng.standard_normal((nblk, bs, hkv, d)).astype(dtype) for _ in range(2))
+    table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
+    lens = np.full(b, ctx, np.uint32)
+    q = rng.standard_normal((b, hq, 1, d)).astype(dtype)
+    return lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens)
+
+
 def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
     """(choice, its hook, the forms to time, [(shape, call)]) for every choice this level has."""
     c = core()
@@ -127,6 +139,13 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
           ("flash f32 B=1 H=8 S=2048 D=128", _flash(np.float32, 2048, 128)),
           ("flash f32 B=1 H=8 S=4096 D=64 causal", _flash(np.float32, 4096, 64, causal=True)),
           ("flash f64 B=1 H=8 S=2048 D=128", _flash(np.float64, 2048, 128))]),
+        # half pools (bf16, f16 under float32 math): the heads loops' rows into L1 too, n keys on
+        ("fc_h16_l1_ahead", c._test_h16_l1_ahead, [0, 8, 12, 16],
+         [("paged mixed bf16 B=16 Hq=32 Hkv=8 D=128 ctx=2048 block=16", _paged_mixed(ml_dtypes.bfloat16, 2048)),
+          ("paged mixed bf16 ctx=1024", _paged_mixed(ml_dtypes.bfloat16, 1024)),
+          ("paged mixed f16 ctx=2048", _paged_mixed(np.float16, 2048)),
+          ("varlen paged decode mix bf16 (bench's, seed 0)", _varlen_mix(ml_dtypes.bfloat16, False)),
+          ("varlen decode mix bf16, keys packed", _varlen_mix(ml_dtypes.bfloat16, False, paged=False))]),
         ("fc_paged_group", c._test_paged_group, [16, 8, 4],
          [("paged decode f32 B=16 Hq=32 Hkv=8 D=128 ctx=1024 block=16", _paged_decode(np.float32, 1024)),
           ("paged decode f32 ctx=2048", _paged_decode(np.float32, 2048)),

@@ -171,6 +171,40 @@ def test_paged_decode_key_groups_give_the_same_bits(dtype):
             c._test_paged_group(bad)
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=["bf16", "f16"])
+def test_half_pool_l1_requests_give_the_same_bits(dtype):
+    """fc_uarch.h fc_h16_l1_ahead: the half-pool heads loops (bf16/f16 pools under float32 math)
+    may also ask for a head's rows some keys on into L1; none, or any distance up to the 16 keys
+    of row pointers the callers pass, gives the same bits: attention_paged_mixed (GQA, two query
+    slots, contexts of 1, 77, 130 and 160 keys, so requests run past a tile's and a sequence's end,
+    with ALiBi and softcap) and attention_varlen's decode steps over the pool beside a chunk, with
+    round_p's weights and without."""
+    c = core()
+    saved = c._test_h16_l1_ahead()
+    rng = np.random.default_rng(43)
+    q, kc, vc, table, lens = _paged(dtype, rng, 16, 4)
+    slopes = rng.uniform(0.01, 0.3, 16).astype(dtype)
+    cu_q = np.array([0, 1, 2, 10, 11], np.uint32)   # decode steps, and a chunk of 8 queries
+    cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    qv = rng.standard_normal((int(cu_q[-1]), 16, 64)).astype(dtype)
+    calls = [lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
+             lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens, slopes, softcap=4.0),
+             lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True),
+             lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True,
+                                              round_p=False)]
+    seen = []
+    try:
+        for n in (0, 16, 1, 5, 8, 12):
+            assert c._test_h16_l1_ahead(n) == n
+            seen.append([_bits(f()) for f in calls])
+    finally:
+        c._test_h16_l1_ahead(saved)
+    assert all(s == seen[0] for s in seen)
+    for bad in (-1, 17):
+        with pytest.raises(ValueError):
+            c._test_h16_l1_ahead(bad)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_flash_score_slabs_give_the_same_bits(dtype):
     """fc_uarch.h fc_qk_slab: the flash tile's scores and softmax in slabs of query rows or the
@@ -217,10 +251,11 @@ def test_micro_architecture_choices_follow_the_vendor():
     AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow register
     block (the only one its 16 registers hold), no requests ahead, the chunks' rows asked for at
     once and keys 16 at a time.  Every CPU takes a flash tile's scores whole (slabs measured no
-    faster on Zen 4 and are untried elsewhere)."""
+    faster on Zen 4 or Zen 5 and are untried elsewhere).  The half-pool heads loops ask for rows 16
+    keys on into L1 on AMD CPUs of family 26 (Zen 5, 48 KB L1d) at AVX-512 only."""
     from fuel_cy import _cpuid
 
-    _, vendor, _, _ = _cpuid.probe()
+    _, vendor, family, _ = _cpuid.probe()
     avx512 = core()._TEST_VECTOR_BYTES == 64
     amd512 = avx512 and vendor == "AuthenticAMD"
     assert core()._test_pv_form() == "stride"
@@ -233,6 +268,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_chunk_spread() is amd512
     assert core()._test_paged_group() == (4 if amd512 else 16)
     assert core()._test_qk_slab() == 0
+    assert core()._test_h16_l1_ahead() == (16 if amd512 and family >= 26 else 0)
 
 
 def test_f16_form_follows_the_instruction_set():

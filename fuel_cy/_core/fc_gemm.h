@@ -350,13 +350,13 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
 static inline void fc_rowdots_heads_##SUF(const T* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, \
                                           T* const* krows, ptrdiff_t ncols, ptrdiff_t navail,    \
                                           T* S, ptrdiff_t lds) {                                 \
-    FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP_MAX, fc_paged_group,                       \
+    FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP_MAX, fc_paged_group, 0,                    \
         FC_ROWDOTS_HEADS_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds)) \
 }                                                                                                \
 static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, \
                                      ptrdiff_t ncols, ptrdiff_t navail, T* const* vrows, ptrdiff_t D, \
                                      T* O, ptrdiff_t ldo) {                                      \
-    FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP_MAX, fc_paged_group,                       \
+    FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP_MAX, fc_paged_group, 0,                    \
         fc_pv_rows_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo)) \
 }
 

@@ -115,12 +115,13 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_h16, const uint16_t* const*, uint16_t, FC_LOAD_H1
 /* Keys per group of the half-pool heads loops (groups of 8 measured 15% faster than 16 at B=16
  * Hq=32 Hkv=8 D=128 ctx 2048 on Zen 4; at ctx 1024 4-11% faster than 4, the float32 loops' group
  * there, fc_uarch.h fc_paged_group, and within 3% of it at 2048); rows are prefetched
- * FC_PAGED_LOOKAHEAD keys ahead (fc_prefetch_head_rows). */
+ * FC_PAGED_LOOKAHEAD keys ahead into L2, and fc_h16_l1_ahead keys ahead into L1 where the CPU's
+ * L1d holds them (fc_prefetch_head_rows, fc_uarch.h). */
 #define FC_H16_GROUP 8
 static inline __attribute__((always_inline)) void fc_rowdots_heads_h16_t(
         const float* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, const uint16_t* const* krows,
         ptrdiff_t ncols, ptrdiff_t navail, float* S, ptrdiff_t lds, const int is_f16) {
-    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP,
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead,
         FC_ROWDOTS_H16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, is_f16))
 }
 /* The dots of every kv head's query rows with keys [0, ncols) (is_f16 made a constant, so each
@@ -183,7 +184,7 @@ static inline __attribute__((always_inline)) void fc_pv_h16(const float* P, ptrd
 static inline __attribute__((always_inline)) void fc_pv_heads_h16_t(
         const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t ncols, ptrdiff_t navail,
         const uint16_t* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo, const int is_f16) {
-    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, vrows, FC_H16_GROUP, FC_H16_GROUP,
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, vrows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead,
         fc_pv_h16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16))
 }
 /* O += P V for every kv head's query rows over value rows [0, ncols) (navail: see fc_prefetch_head_rows). */

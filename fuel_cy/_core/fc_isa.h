@@ -89,26 +89,37 @@ static inline __attribute__((always_inline)) void fc_pf_steps(fc_pf_stream* s, i
 /* Keys a paged decode's heads loops prefetch ahead of the group they compute (fc_gemm.h,
  * fc_half.h); their callers pass that many row pointers past the computed rows where they exist. */
 #define FC_PAGED_LOOKAHEAD 16
+/* Keys past its group at which the half-pool heads loops (fc_half.h, fc_decode16.h) ask for a
+ * head's rows into L1 as well (0: never; at most FC_PAGED_LOOKAHEAD, the pointers the callers
+ * pass).  Chosen per CPU by fc_uarch.h, which says why; here because fc_half.h reads it. */
+static int fc_h16_l1_ahead = 0;
 /* Into L2: `bytes` at byte offset `ofs` (one head's part) of the rows of the n keys that come
- * FC_PAGED_LOOKAHEAD keys after key j0, of the navail whose pointers the caller passed. */
+ * FC_PAGED_LOOKAHEAD keys after key j0, of the navail whose pointers the caller passed; and into
+ * L1 those that come l1_ahead keys after it (0: none). */
 static inline void fc_prefetch_head_rows(const void* const* rows, ptrdiff_t j0, ptrdiff_t n, ptrdiff_t navail,
-                                         size_t ofs, size_t bytes) {
+                                         size_t ofs, size_t bytes, ptrdiff_t l1_ahead) {
     ptrdiff_t pf = j0 + FC_PAGED_LOOKAHEAD;
     ptrdiff_t nn = pf >= navail ? 0 : (navail - pf < n ? navail - pf : n);
     for (ptrdiff_t j = 0; j < nn; j++) fc_prefetch_l2((const char*)rows[pf + j] + ofs, bytes);
+    if (l1_ahead > 0) {
+        pf = j0 + l1_ahead;
+        nn = pf >= navail ? 0 : (navail - pf < n ? navail - pf : n);
+        for (ptrdiff_t j = 0; j < nn; j++) fc_prefetch_row((const char*)rows[pf + j] + ofs, bytes);
+    }
 }
 /* The paged decode's heads loop (fc_gemm.h, fc_half.h): keys [0, ncols) in groups of GROUP (at
  * most GMAX, a constant) and, per group, kv head by kv head: prefetch that head's rows
- * FC_PAGED_LOOKAHEAD keys on, point hrows (element type ET) at the group's rows of head h (D apart
+ * FC_PAGED_LOOKAHEAD keys on (and L1AHEAD keys on into L1), point hrows (element type ET) at the group's rows of head h (D apart
  * per head), then run CALL, which sees j0, n (the group's size), h and hrows.  ROWS, ncols,
  * navail, nheads and D come from the enclosing function. */
-#define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GMAX, GROUP, CALL)                                  \
+#define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GMAX, GROUP, L1AHEAD, CALL)                         \
     {                                                                                            \
         ET* hrows[GMAX];                                                                         \
         for (ptrdiff_t j0 = 0; j0 < ncols; j0 += GROUP) {                                        \
             ptrdiff_t n = ncols - j0 < GROUP ? ncols - j0 : GROUP;                               \
             for (ptrdiff_t h = 0; h < nheads; h++) {                                             \
-                fc_prefetch_head_rows((const void* const*)(ROWS), j0, n, navail, h * D * sizeof(ET), D * sizeof(ET)); \
+                fc_prefetch_head_rows((const void* const*)(ROWS), j0, n, navail, h * D * sizeof(ET), D * sizeof(ET), \
+                                      L1AHEAD);                                                  \
                 for (ptrdiff_t j = 0; j < n; j++) hrows[j] = (ROWS)[j0 + j] + h * D;             \
                 CALL;                                                                            \
             }                                                                                    \

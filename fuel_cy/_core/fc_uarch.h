@@ -105,6 +105,19 @@ static int fc_chunk_spread = 0;
  * same sums whatever the group (each dot alone, P V sequential over keys). */
 static int fc_paged_group = 16;
 
+/* fc_h16_l1_ahead (declared in fc_isa.h, which fc_half.h reads before this file): the keys past
+ * its group at which the half-pool heads loops (bf16/f16 pools under float32 math: fc_half.h,
+ * fc_decode16.h) ask for a head's rows into L1 as well as FC_PAGED_LOOKAHEAD on into L2; 0, never.
+ * At 16 keys the rows asked for and not yet read are 16 x 8 heads x 256 bytes = 32 KB at Hkv=8
+ * D=128: Zen 4's whole L1d, where asking into L1 ran the half-pool decode at 9.3 ms against 5.0
+ * (fc_gemm.h), but two thirds of Zen 5's 48 KB.  On Zen 5 (AMD family 26 model 2, 2 threads,
+ * forms.py side by side, three runs, benchmarks/results/forms/amd-epyc-zen5-h16-l1.json) never
+ * asking took 1.16-1.33x the time of 16 keys on attention_paged_mixed bf16 at ctx 2048 and
+ * 1.27-1.31x at ctx 1024 (B=16 Hq=32 Hkv=8 D=128, block 16), 1.12-1.19x in f16; 8 keys
+ * 1.06-1.17x, 12 keys 1.02-1.07x; the varlen paged mix 0.98-1.02x.  The float32/float64 loops (rows twice as long)
+ * measured 0.99-1.02x at 4, 8 and 16 keys there, so they never ask.  Zen 4 and Intel keep 0 (Zen
+ * 4 measured slower as above, Intel unmeasured).  Prefetches only: the same bits. */
+
 /* Query rows per slab of the float32/float64 flash tile's scores (kernels.pxi flash_task, over
  * K^T tiles packed per kv head): 0, the tile's 64 rows of scores in one product and then each
  * row's softmax pass; n (a multiple of 4), n rows' scores and then those rows' softmax, slab by
@@ -190,6 +203,7 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_tn_ahead = amd512 ? (ptrdiff_t)1 << 20 : -1;
     fc_chunk_spread = amd512;
     fc_paged_group = amd512 ? 4 : 16;
+    fc_h16_l1_ahead = amd512 && family >= 26 ? 16 : 0;
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
     if (FC_HAVE_AMX && have[FC_F_AMX_TILE] && have[FC_F_AMX_BF16]) fc_amx_state = fc_amx_permitted() ? 1 : 2;

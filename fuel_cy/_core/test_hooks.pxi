@@ -187,6 +187,18 @@ def _test_tn_ahead(nbytes=None):
     return fc_tn_ahead
 
 
+def _test_h16_l1_ahead(n=None):
+    """Testing hook: the keys past its group at which the half-pool heads loops also ask for a
+    head's rows into L1 (0: never; chosen per CPU at load time: fc_uarch.h fc_h16_l1_ahead); with
+    an argument, switch to it first."""
+    global fc_h16_l1_ahead
+    if n is not None:
+        if not 0 <= n <= FC_PAGED_LOOKAHEAD:
+            raise ValueError(n)
+        fc_h16_l1_ahead = n
+    return fc_h16_l1_ahead
+
+
 def _test_paged_group(n=None):
     """Testing hook: the keys per group of the float32/float64 paged decode's heads loops (chosen
     per CPU at load time: fc_uarch.h fc_paged_group); with an argument, switch to it first."""
