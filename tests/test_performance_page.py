@@ -8,7 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
-from fuel_cy.docs.results import gap_notes_path, performance_page
+from fuel_cy.docs.results import cpu_labels, gap_notes_path, performance_page
 from fuel_cy.harness.targets import targets
 
 from conftest import ROOT
@@ -30,9 +30,13 @@ def test_every_cpu_with_an_unmet_target_has_its_gaps_explained_on_the_page():
     runs = sorted(RESULTS.glob("*/bench.json"))
     assert runs, "no full-grid results under benchmarks/results/<cpu>/"
     sections = _sections(performance_page(ROOT)[0])
+    labels = cpu_labels([(run.parent.name, json.loads(run.read_text()), run) for run in runs]
+                        + [(p.stem, json.loads(p.read_text()), p) for p in sorted((RESULTS / "levels").glob("*.json"))])
+    assert len(sections) == len(runs), list(sections)   # one section per run: no two CPUs merged
     for run in runs:
         data = json.loads(run.read_text())
-        cpu = data["machine"]["cpu"]
+        cpu = labels[run]
+        assert cpu.startswith(data["machine"]["cpu"])
         assert cpu in sections, (cpu, list(sections))
         if any(t["met"] is False for t in targets(data)):
             notes = gap_notes_path(run)
@@ -57,6 +61,34 @@ def test_notes_stay_with_their_cpu_and_a_cpu_without_notes_says_so(tmp_path):
     assert "not written up yet" in sections["CPU B"]
     assert "benchmarks/results/cpu-b/notes.md" in sections["CPU B"]
     assert "not written up yet" not in sections["CPU A"]
+
+
+def test_two_cpus_sharing_a_model_name_keep_apart(tmp_path):
+    """lscpu calls a Zen 4 and a Zen 5 both "AMD EPYC": the page tells them apart by the cpuid
+    family and model, each with its own section, plots and notes, while a name only one CPU has
+    stays as it is."""
+    results = tmp_path / "benchmarks" / "results"
+    run = json.loads((RESULTS / "amd-epyc" / "bench.json").read_text())
+    run["rows"][0]["ratio"] = 0.5  # an unmet target for sure: flash f32 >= 1.2x torch
+    for slug, cpu, cpu_id in (("zen4", "AMD EPYC", "AuthenticAMD family 25 model 17"),
+                              ("zen5", "AMD EPYC", "AuthenticAMD family 26 model 2"),
+                              ("xeon", "Intel Xeon", "GenuineIntel family 6 model 207")):
+        (results / slug).mkdir(parents=True)
+        (results / slug / "bench.json").write_text(
+            json.dumps({**run, "machine": {**run["machine"], "cpu": cpu, "cpu_id": cpu_id}}))
+        (results / slug / "notes.md").write_text(f"### What limits {slug}\n\nIts FMA ports.\n")
+    shutil.copytree(ROOT / "contracts", tmp_path / "contracts")
+
+    page, images = performance_page(tmp_path)
+    sections = _sections(page)
+    assert sorted(sections) == ["AMD EPYC (family 25 model 17)", "AMD EPYC (family 26 model 2)", "Intel Xeon"]
+    assert "What limits zen4" in sections["AMD EPYC (family 25 model 17)"]
+    assert "What limits zen5" in sections["AMD EPYC (family 26 model 2)"]
+    assert "What limits zen4" not in sections["AMD EPYC (family 26 model 2)"]
+    assert page.count("### AMD EPYC (family 2") == 2   # two summaries
+    if images:   # (matplotlib installed) every plot its own file, none overwritten by the other CPU
+        assert any(name.startswith("amd-epyc-family-25-model-17-") for name in images)
+        assert any(name.startswith("amd-epyc-family-26-model-2-") for name in images)
 
 
 def test_every_plotted_race_carries_its_milliseconds_without_overprinting():

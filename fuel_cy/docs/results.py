@@ -383,10 +383,32 @@ def _level_runs(root: Path) -> list[tuple[str, dict, Path]]:
     return out
 
 
+def cpu_labels(results: list[tuple[str, dict, Path]]) -> dict[Path, str]:
+    """The name each result file is shown under: lscpu's model name, with the cpuid family and
+    model added where CPUs measured share that name ("AMD EPYC" is a Zen 4 of family 25 and a Zen 5
+    of family 26), so that one CPU's section, plots and notes never land in another's."""
+    def name_of(name: str, data: dict) -> str:
+        return str(data.get("machine", {}).get("cpu", name))
+
+    def core_of(data: dict) -> str:
+        words = str(data.get("machine", {}).get("cpu_id", "")).split()
+        return " ".join(words[1:]) if len(words) > 1 else ""   # drop the vendor string
+
+    cores: dict[str, set[str]] = {}
+    for name, data, _ in results:
+        cores.setdefault(name_of(name, data), set()).add(core_of(data))
+    labels = {}
+    for name, data, path in results:
+        cpu, core = name_of(name, data), core_of(data)
+        labels[path] = f"{cpu} ({core})" if len(cores[cpu]) > 1 and core else cpu
+    return labels
+
+
 def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
     from ..harness.targets import targets
 
     runs, level_runs = _runs(root), _level_runs(root)
+    labels = cpu_labels(runs + level_runs)
     lines = ["---", "title: Performance", "---", "# Performance", ""]
     images: dict[str, bytes] = {}
     if not runs and not level_runs:
@@ -413,13 +435,12 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
     for name, data, path in runs:
         m = data.get("machine", {})
         level = f" at CPU level `{m['cpu_capability']}`" if m.get("cpu_capability") else ""
-        cpus.setdefault(m.get("cpu", name), []).extend(
+        cpus.setdefault(labels[path], []).extend(
             [f"The full grid{level}, {str(data.get('date', '?'))[:10]}:", "",
              _table(["kernel", "against", "faster in", "speed ratio", "ms, ours / peer, at the largest"],
                     summary_rows(data["rows"])), ""])
     for name, data, path in level_runs:
-        m = data.get("machine", {})
-        cpus.setdefault(m.get("cpu", name), []).extend(
+        cpus.setdefault(labels[path], []).extend(
             [f"Each CPU level against PyTorch at the same level, {str(data.get('date', '?'))[:10]} (range of the "
              "speed ratio over the shapes measured):", "", level_summary(data), ""])
     for cpu, block in cpus.items():
@@ -427,8 +448,7 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
 
     for name, data, path in runs:
         commit = _commit(root, data, path)
-        m = data.get("machine", {})
-        cpu = m.get("cpu", name)
+        cpu = labels[path]
         stamp = _plot_stamp(data, commit)
         slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or name
         lines += [f"## {cpu}: the full grid", "", _stamp(data, commit), ""]
@@ -471,7 +491,7 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
 
     for name, data, path in level_runs:
         commit = _commit(root, data, path)
-        lines += _levels(data, commit, plt, images, name)
+        lines += _levels(data, commit, plt, images, labels[path])
     return "\n".join(lines) + "\n", images
 
 
@@ -528,18 +548,18 @@ def _all_rows(data: dict) -> list[str]:
     return lines + [""]
 
 
-def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], name: str) -> list[str]:
+def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], cpu: str) -> list[str]:
+    """The per-level section of one CPU, shown under `cpu` (cpu_labels)."""
     from ..harness.bench_levels import level_targets
 
     m = data.get("machine", {})
-    cpu = m.get("cpu", name)
     lines = [f"## {cpu}: each CPU level", "",
              "The same build at each CPU level it contains, against PyTorch forced to the same instruction set "
              "(`fuel-cy bench --cpu-capability all`; ours and torch in one child process per level, interleaved, "
              "medians).", "", _stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit), ""]
     points = _level_points(data)
     if plt is not None and points:
-        slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or name
+        slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or "cpu"
         img = f"{slug}-levels.png"
         images[img] = dot_plot(plt, points, "Each CPU level against PyTorch at the same level",
                                _plot_stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit),
