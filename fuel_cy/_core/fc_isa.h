@@ -109,9 +109,10 @@ static inline void fc_prefetch_head_rows(const void* const* rows, ptrdiff_t j0, 
 }
 /* The paged decode's heads loop (fc_gemm.h, fc_half.h): keys [0, ncols) in groups of GROUP (at
  * most GMAX, a constant) and, per group, kv head by kv head: prefetch that head's rows
- * FC_PAGED_LOOKAHEAD keys on (and L1AHEAD keys on into L1), point hrows (element type ET) at the group's rows of head h (D apart
- * per head), then run CALL, which sees j0, n (the group's size), h and hrows.  ROWS, ncols,
- * navail, nheads and D come from the enclosing function. */
+ * FC_PAGED_LOOKAHEAD keys on (and L1AHEAD keys on into L1, 0: none), point hrows (element type
+ * ET) at the group's rows of head h (D apart per head), then run CALL, which sees j0, n (the
+ * group's size), h and hrows.  ROWS, ncols, navail, nheads and D come from the enclosing
+ * function. */
 #define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GMAX, GROUP, L1AHEAD, CALL)                         \
     {                                                                                            \
         ET* hrows[GMAX];                                                                         \

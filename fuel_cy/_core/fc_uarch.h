@@ -114,9 +114,10 @@ static int fc_paged_group = 16;
  * forms.py side by side, three runs, benchmarks/results/forms/amd-epyc-zen5-h16-l1.json) never
  * asking took 1.16-1.33x the time of 16 keys on attention_paged_mixed bf16 at ctx 2048 and
  * 1.27-1.31x at ctx 1024 (B=16 Hq=32 Hkv=8 D=128, block 16), 1.12-1.19x in f16; 8 keys
- * 1.06-1.17x, 12 keys 1.02-1.07x; the varlen paged mix 0.98-1.02x.  The float32/float64 loops (rows twice as long)
- * measured 0.99-1.02x at 4, 8 and 16 keys there, so they never ask.  Zen 4 and Intel keep 0 (Zen
- * 4 measured slower as above, Intel unmeasured).  Prefetches only: the same bits. */
+ * 1.06-1.17x, 12 keys 1.02-1.07x; the varlen paged mix 0.98-1.02x.  The float32/float64 loops
+ * (rows twice as long) measured 0.99-1.02x at 4, 8 and 16 keys there, so they never ask.  Zen 4
+ * and Intel keep 0 (Zen 4 measured slower as above, Intel unmeasured).  Prefetches only: the same
+ * bits. */
 
 /* Query rows per slab of the float32/float64 flash tile's scores (kernels.pxi flash_task, over
  * K^T tiles packed per kv head): 0, the tile's 64 rows of scores in one product and then each

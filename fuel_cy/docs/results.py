@@ -8,9 +8,10 @@ other (bf16 against f32, naive against flash, threads) are grey, being neither.
 
 Result files, one per CPU model so that a run on one CPU never replaces another's: `<cpu>/bench.json`
 (`fuel-cy bench`, the full grid), `levels/<cpu>.json` (`fuel-cy bench --cpu-capability all`), where
-<cpu> is the CPU model in lower case with dashes (`amd-epyc`), and beside each `<cpu>/bench.json`
-a hand-written `notes.md` with the conclusions behind that CPU's unmet targets (the measurements
-behind them, for developers, in `profiles.md` beside it, not rendered).
+<cpu> is the CPU model in lower case with dashes (`amd-epyc`; a second CPU of the same model name
+adds its core, `amd-epyc-zen5`, and the page adds its cpuid family and model), and beside each
+`<cpu>/bench.json` a hand-written `notes.md` with the conclusions behind that CPU's unmet targets
+(the measurements behind them, for developers, in `profiles.md` beside it, not rendered).
 """
 from __future__ import annotations
 
@@ -397,7 +398,7 @@ def cpu_labels(results: list[tuple[str, dict, Path]]) -> dict[Path, str]:
     cores: dict[str, set[str]] = {}
     for name, data, _ in results:
         cores.setdefault(name_of(name, data), set()).add(core_of(data))
-    labels = {}
+    labels: dict[Path, str] = {}
     for name, data, path in results:
         cpu, core = name_of(name, data), core_of(data)
         labels[path] = f"{cpu} ({core})" if len(cores[cpu]) > 1 and core else cpu
