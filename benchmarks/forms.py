@@ -80,9 +80,9 @@ def _varlen_mix(dtype, chunks_only: bool, paged: bool = True) -> Callable[[], An
     return lambda: fuel_cy.attention_varlen(q, k, v, cu_q, cu_k, causal=True)
 
 
-def _paged_decode(dtype, ctx: int) -> Callable[[], Any]:
+def _paged_decode(dtype, ctx: int, mixed: bool = False) -> Callable[[], Any]:
     """The bench's paged decode: B=16 Hq=32 Hkv=8 D=128, ctx keys per sequence in 16-key blocks in
-    random order."""
+    random order; mixed, a bf16 or f16 pool under float32 math (attention_paged_mixed)."""
     rng = np.random.default_rng(0)
     b, hq, hkv, d, bs = 16, 32, 8, 128, 16
     nblk = b * ctx // bs
@@ -90,19 +90,8 @@ def _paged_decode(dtype, ctx: int) -> Callable[[], Any]:
     table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
     lens = np.full(b, ctx, np.uint32)
     q = rng.standard_normal((b, hq, 1, d)).astype(dtype)
-    return lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens)
-
-
-def _paged_mixed(dtype, ctx: int) -> Callable[[], Any]:
-    """The bench's mixed paged decode: as _paged_decode, a bf16 or f16 pool, float32 math."""
-    rng = np.random.default_rng(0)
-    b, hq, hkv, d, bs = 16, 32, 8, 128, 16
-    nblk = b * ctx // bs
-    kc, vc = (rng.standard_normal((nblk, bs, hkv, d)).astype(dtype) for _ in range(2))
-    table = rng.permutation(nblk).reshape(b, ctx // bs).astype(np.uint32)
-    lens = np.full(b, ctx, np.uint32)
-    q = rng.standard_normal((b, hq, 1, d)).astype(dtype)
-    return lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens)
+    kernel = fuel_cy.attention_paged_mixed if mixed else fuel_cy.attention_paged_naive
+    return lambda: kernel(q, kc, vc, table, lens)
 
 
 def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
@@ -141,9 +130,9 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
           ("flash f64 B=1 H=8 S=2048 D=128", _flash(np.float64, 2048, 128))]),
         # half pools (bf16, f16 under float32 math): the heads loops' rows into L1 too, n keys on
         ("fc_h16_l1_ahead", c._test_h16_l1_ahead, [0, 8, 12, 16],
-         [("paged mixed bf16 B=16 Hq=32 Hkv=8 D=128 ctx=2048 block=16", _paged_mixed(ml_dtypes.bfloat16, 2048)),
-          ("paged mixed bf16 ctx=1024", _paged_mixed(ml_dtypes.bfloat16, 1024)),
-          ("paged mixed f16 ctx=2048", _paged_mixed(np.float16, 2048)),
+         [("paged mixed bf16 B=16 Hq=32 Hkv=8 D=128 ctx=2048 block=16", _paged_decode(ml_dtypes.bfloat16, 2048, mixed=True)),
+          ("paged mixed bf16 ctx=1024", _paged_decode(ml_dtypes.bfloat16, 1024, mixed=True)),
+          ("paged mixed f16 ctx=2048", _paged_decode(np.float16, 2048, mixed=True)),
           ("varlen paged decode mix bf16 (bench's, seed 0)", _varlen_mix(ml_dtypes.bfloat16, False)),
           ("varlen decode mix bf16, keys packed", _varlen_mix(ml_dtypes.bfloat16, False, paged=False))]),
         ("fc_paged_group", c._test_paged_group, [16, 8, 4],

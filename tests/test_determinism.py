@@ -35,6 +35,23 @@ def _bits(result):
     return [np.ascontiguousarray(p).view(np.uint8).tobytes() for p in parts]
 
 
+
+def _same_bits_through(hook, forms, bad, calls) -> None:
+    """Every call gives the same bits under each form a testing hook switches to (the CPU's own
+    choice restored after), and the hook refuses each value in `bad`."""
+    saved = hook()
+    seen = []
+    try:
+        for form in forms:
+            assert hook(form) == form
+            seen.append([_bits(f()) for f in calls])
+    finally:
+        hook(saved)
+    assert all(s == seen[0] for s in seen)
+    for value in bad:
+        with pytest.raises(ValueError):
+            hook(value)
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_bitwise_across_runs_and_thread_counts(dtype):
     for name, args, params in _calls(dtype):
@@ -140,6 +157,19 @@ def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
     assert outs[0] == outs[1]
 
 
+def _decode_case(dtype, seed: int):
+    """A paged pool (16 query heads over 4 kv heads, _paged's contexts) with ALiBi slopes, and the
+    varlen form of decode steps over it beside a chunk of 8 queries: (q, kc, vc, table, lens,
+    slopes, (qv, cu_q, cu_k))."""
+    rng = np.random.default_rng(seed)
+    q, kc, vc, table, lens = _paged(dtype, rng, 16, 4)
+    slopes = rng.uniform(0.01, 0.3, 16).astype(dtype)
+    cu_q = np.array([0, 1, 2, 10, 11], np.uint32)   # decode steps, and a chunk of 8 queries
+    cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    qv = rng.standard_normal((int(cu_q[-1]), 16, 64)).astype(dtype)
+    return q, kc, vc, table, lens, slopes, (qv, cu_q, cu_k)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_paged_decode_key_groups_give_the_same_bits(dtype):
     """fc_uarch.h fc_paged_group: the float32/float64 paged decode's heads loops visit the keys in
@@ -147,28 +177,11 @@ def test_paged_decode_key_groups_give_the_same_bits(dtype):
     the same bits: attention_paged_naive (GQA, two query slots, context lengths of 1, 77, 130 and
     160 keys, so groups cut short at a tile's and a sequence's end, with ALiBi) and
     attention_varlen's decode steps over a paged pool beside a chunk."""
-    c = core()
-    saved = c._test_paged_group()
-    rng = np.random.default_rng(31)
-    q, kc, vc, table, lens = _paged(dtype, rng, 16, 4)
-    slopes = rng.uniform(0.01, 0.3, 16).astype(dtype)
-    cu_q = np.array([0, 1, 2, 10, 11], np.uint32)   # decode steps, and a chunk of 8 queries
-    cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
-    qv = rng.standard_normal((int(cu_q[-1]), 16, 64)).astype(dtype)
+    q, kc, vc, table, lens, slopes, (qv, cu_q, cu_k) = _decode_case(dtype, 31)
     calls = [lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens),
              lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, alibi_slopes=slopes),
              lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True)]
-    seen = []
-    try:
-        for n in (16, 1, 3, 4, 8, 13):
-            assert c._test_paged_group(n) == n
-            seen.append([_bits(f()) for f in calls])
-    finally:
-        c._test_paged_group(saved)
-    assert all(s == seen[0] for s in seen)
-    for bad in (0, 17):
-        with pytest.raises(ValueError):
-            c._test_paged_group(bad)
+    _same_bits_through(core()._test_paged_group, (16, 1, 3, 4, 8, 13), (0, 17), calls)
 
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=["bf16", "f16"])
@@ -179,30 +192,13 @@ def test_half_pool_l1_requests_give_the_same_bits(dtype):
     slots, contexts of 1, 77, 130 and 160 keys, so requests run past a tile's and a sequence's end,
     with ALiBi and softcap) and attention_varlen's decode steps over the pool beside a chunk, with
     round_p's weights and without."""
-    c = core()
-    saved = c._test_h16_l1_ahead()
-    rng = np.random.default_rng(43)
-    q, kc, vc, table, lens = _paged(dtype, rng, 16, 4)
-    slopes = rng.uniform(0.01, 0.3, 16).astype(dtype)
-    cu_q = np.array([0, 1, 2, 10, 11], np.uint32)   # decode steps, and a chunk of 8 queries
-    cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
-    qv = rng.standard_normal((int(cu_q[-1]), 16, 64)).astype(dtype)
+    q, kc, vc, table, lens, slopes, (qv, cu_q, cu_k) = _decode_case(dtype, 43)
     calls = [lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens),
              lambda: fuel_cy.attention_paged_mixed(q, kc, vc, table, lens, slopes, softcap=4.0),
              lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True),
              lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True,
                                               round_p=False)]
-    seen = []
-    try:
-        for n in (0, 16, 1, 5, 8, 12):
-            assert c._test_h16_l1_ahead(n) == n
-            seen.append([_bits(f()) for f in calls])
-    finally:
-        c._test_h16_l1_ahead(saved)
-    assert all(s == seen[0] for s in seen)
-    for bad in (-1, 17):
-        with pytest.raises(ValueError):
-            c._test_h16_l1_ahead(bad)
+    _same_bits_through(core()._test_h16_l1_ahead, (0, 16, 1, 5, 8, 12), (-1, 17), calls)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
@@ -212,8 +208,6 @@ def test_flash_score_slabs_give_the_same_bits(dtype):
     row count that leaves a short last slab, a GQA tile of stacked heads with D = 40, softcap and
     ALiBi (the transformed rows), a boolean mask, and the backward, whose forward statistics do
     not go through the slabs."""
-    c = core()
-    saved = c._test_qk_slab()
     rng = np.random.default_rng(37)
     r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
     q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
@@ -227,17 +221,7 @@ def test_flash_score_slabs_give_the_same_bits(dtype):
              lambda: fuel_cy.attention_flash(q, k, v, slopes, softcap=5.0),
              lambda: fuel_cy.attention_masked(q, k, v, mask),
              lambda: fuel_cy.attention_flash_backward(q, k, v, do, causal=True)]
-    seen = []
-    try:
-        for n in (0, 4, 8, 12, 16, 32, 64):
-            assert c._test_qk_slab(n) == n
-            seen.append([_bits(f()) for f in calls])
-    finally:
-        c._test_qk_slab(saved)
-    assert all(s == seen[0] for s in seen)
-    for bad in (-4, 2, 6, 68):
-        with pytest.raises(ValueError):
-            c._test_qk_slab(bad)
+    _same_bits_through(core()._test_qk_slab, (0, 4, 8, 12, 16, 32, 64), (-4, 2, 6, 68), calls)
 
 
 def test_micro_architecture_choices_follow_the_vendor():
