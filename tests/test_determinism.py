@@ -131,10 +131,10 @@ def test_chunked_packing_gives_the_same_bits(dtype, monkeypatch):
         assert _bits(getattr(fuel_cy, name)(*args, **params)) == whole[name], name
 
 
-def _paged(dtype, rng, hq, hkv):
-    """A paged decode's inputs: B=4, two query slots, D=64, a pool of 40 blocks of 16 keys in random
-    order, context lengths 160, 1, 77 and 130 (tiles and groups cut short)."""
-    b, sq, d, bs, nblocks = 4, 2, 64, 16, 40
+def _paged(dtype, rng, hq, hkv, d: int = 64):
+    """A paged decode's inputs: B=4, two query slots, head size d, a pool of 40 blocks of 16 keys in
+    random order, context lengths 160, 1, 77 and 130 (tiles and groups cut short)."""
+    b, sq, bs, nblocks = 4, 2, 16, 40
     q = rng.standard_normal((b, hq, sq, d)).astype(dtype)
     kc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
     vc = rng.standard_normal((nblocks, bs, hkv, d)).astype(dtype)
@@ -157,16 +157,16 @@ def test_paged_bits_do_not_depend_on_how_heads_are_grouped(dtype):
     assert outs[0] == outs[1]
 
 
-def _decode_case(dtype, seed: int):
-    """A paged pool (16 query heads over 4 kv heads, _paged's contexts) with ALiBi slopes, and the
-    varlen form of decode steps over it beside a chunk of 8 queries: (q, kc, vc, table, lens,
-    slopes, (qv, cu_q, cu_k))."""
+def _decode_case(dtype, seed: int, d: int = 64):
+    """A paged pool (16 query heads over 4 kv heads, _paged's contexts, head size d) with ALiBi
+    slopes, and the varlen form of decode steps over it beside a chunk of 8 queries: (q, kc, vc,
+    table, lens, slopes, (qv, cu_q, cu_k))."""
     rng = np.random.default_rng(seed)
-    q, kc, vc, table, lens = _paged(dtype, rng, 16, 4)
+    q, kc, vc, table, lens = _paged(dtype, rng, 16, 4, d)
     slopes = rng.uniform(0.01, 0.3, 16).astype(dtype)
     cu_q = np.array([0, 1, 2, 10, 11], np.uint32)   # decode steps, and a chunk of 8 queries
     cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
-    qv = rng.standard_normal((int(cu_q[-1]), 16, 64)).astype(dtype)
+    qv = rng.standard_normal((int(cu_q[-1]), 16, d)).astype(dtype)
     return q, kc, vc, table, lens, slopes, (qv, cu_q, cu_k)
 
 
@@ -182,6 +182,30 @@ def test_paged_decode_key_groups_give_the_same_bits(dtype):
              lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, alibi_slopes=slopes),
              lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True)]
     _same_bits_through(core()._test_paged_group, (16, 1, 3, 4, 8, 13), (0, 17), calls)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("d", [64, 48, 40])
+def test_paged_spread_requests_give_the_same_bits(dtype, d):
+    """fc_uarch.h fc_paged_spread: the float32/float64 paged heads loops ask for their lookahead
+    rows in a burst per group or a line per step of their products; both give the same bits at
+    every group size, in attention_paged_naive (GQA, two query slots, contexts of 1, 77, 130 and
+    160 keys, so requests run past a tile's and a sequence's end, with ALiBi) and in
+    attention_varlen's decode steps over the pool beside a chunk.  D = 64 takes the spread form at
+    every level; 48 only where 2W divides it (f64 at AVX-512, f32 below it) and 40 nowhere (the
+    burst stands in), so both sides of that test run."""
+    q, kc, vc, table, lens, slopes, (qv, cu_q, cu_k) = _decode_case(dtype, 53, d)
+    calls = [lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens),
+             lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, alibi_slopes=slopes),
+             lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True)]
+    hook, group = core()._test_paged_spread, core()._test_paged_group
+    saved = group()
+    try:
+        for g in (4, 1, 3, 8, 16):
+            group(g)
+            _same_bits_through(hook, (0, 1), (-1, 2), calls)
+    finally:
+        group(saved)
 
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=["bf16", "f16"])
@@ -236,7 +260,8 @@ def test_micro_architecture_choices_follow_the_vendor():
     block (the only one its 16 registers hold), no requests ahead, the chunks' rows asked for at
     once and keys 16 at a time.  Every CPU takes a flash tile's scores whole (slabs measured no
     faster on Zen 4 or Zen 5 and are untried elsewhere).  The half-pool heads loops ask for rows 16
-    keys on into L1 on AMD CPUs of family 26 (Zen 5, 48 KB L1d) at AVX-512 only."""
+    keys on into L1 on AMD CPUs of family 26 (Zen 5, 48 KB L1d) at AVX-512 only, and there alone
+    the float32/float64 paged heads loops ask for their lookahead a line per product step."""
     from fuel_cy import _cpuid
 
     _, vendor, family, _ = _cpuid.probe()
@@ -253,6 +278,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_paged_group() == (4 if amd512 else 16)
     assert core()._test_qk_slab() == 0
     assert core()._test_h16_l1_ahead() == (16 if amd512 and family >= 26 else 0)
+    assert core()._test_paged_spread() == (1 if amd512 and family >= 26 else 0)
 
 
 def test_f16_form_follows_the_instruction_set():

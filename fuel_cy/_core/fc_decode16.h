@@ -181,7 +181,7 @@ static inline void fc_qk_heads_dpbf16(const uint32_t* Qp, ptrdiff_t D2, ptrdiff_
                                       const uint16_t* const* krows, ptrdiff_t ncols, ptrdiff_t navail,
                                       float* S, ptrdiff_t lds) {
 #if FC_HAVE_DPBF16
-    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead,
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead, 0,
         fc_qk_dpbf16_rows(Qp + h * rph4 * D2, D2, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds))
 #else
     (void)Qp; (void)D2; (void)nheads; (void)rph4; (void)D; (void)krows; (void)ncols; (void)navail; (void)S;

@@ -49,8 +49,8 @@
         }                                                                                        \
         for (ptrdiff_t j = 0; j < ncols; j++) {                                                  \
             const T* v = VROW(j) + d0;                                                           \
-            PF(j)                                                                                \
             fc_vec_##SUF vv[NV];                                                                 \
+            PF(j)                                                                                \
             for (int c = 0; c < NV; c++) vv[c] = fc_load_##SUF(v + c * W);                       \
             for (int r = 0; r < NRB; r++)                                                        \
                 for (int c = 0; c < NV; c++) a[r][c] += p[r][j] * vv[c];                         \
@@ -97,6 +97,12 @@
     if (i == 0 && (j) + FC_PREFETCH < ncols)                                                     \
         fc_prefetch_row(vrows[(j) + FC_PREFETCH] + d0, 2 * FC_VBYTES);                           \
     fc_pf_step(&pfl);
+
+/* (fc_pv_rows_spread_*: the paged heads loops' lookahead, pfrows, asked into L2 as the steps go:
+ * each column block's first row block asks for its own slice (sizeof vv) of key j's row ahead,
+ * so over the column blocks every line of it, one slice per key read; fc_paged_spread) */
+#define FC_PF_SPREAD(j)                                                                          \
+    if (i == 0) fc_prefetch_l2(pfrows[j] + d0, sizeof(vv));
 
 /* O[i, :] += sum_j P[i, j] * V[j, :], sequential over j, rows in groups of 4.  Column blocks are
  * the outer loop so each V slice [ncols][2W] (4W in the wide block) stays in L1 across row
@@ -168,6 +174,8 @@ FC_DEFINE_QK(T, SUF, W, fc_qk_pf_##SUF, FC_QK_PF_STREAM, FC_PF_ENTER, FC_PF_LEAV
 FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, , , T* const* vrows)             \
 FC_DEFINE_PV(T, SUF, W, fc_pv_strided_##SUF, FC_VROW_STRIDED, FC_PF_NONE, , , const T* V, ptrdiff_t ldv) \
 FC_DEFINE_PV(T, SUF, W, fc_pv_rows_##SUF, FC_VROW_PTR, FC_PF_NONE, , , T* const* vrows)        \
+FC_DEFINE_PV(T, SUF, W, fc_pv_rows_spread_##SUF, FC_VROW_PTR, FC_PF_SPREAD, , ,                  \
+             T* const* vrows, T* const* pfrows)                                                  \
 /* (a paged chunk's tiles: the next tile's K rows asked for as the steps go, pf) */              \
 FC_DEFINE_PV(T, SUF, W, fc_pv_pf_##SUF, FC_VROW_PTR, FC_PF_PTR_STREAM, FC_PF_ENTER, FC_PF_LEAVE, \
              T* const* vrows, fc_pf_stream* pf)                                                  \
@@ -182,13 +190,13 @@ static inline void fc_pv_contig_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nrows
 }
 
 
-#define FC_DEFINE_ROWDOTS(T, SUF, W)                                                             \
-/* S[i, j] = sum_d Q[i, d] * krows[j][d] for j < ncols, reading each key row once for 4 query   \
- * rows (decode: few queries per key, so packing K^T would cost more than the dots).  Each dot  \
- * is W lane partials (lane d % W, in order of d) summed pairwise (fc_hsum).  The heads loops    \
- * below prefetch the rows. */                                                                   \
-static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T* const* krows, \
-                                    ptrdiff_t ncols, T* S, ptrdiff_t lds) {                     \
+/* S[i, j] = sum_d Q[i, d] * krows[j][d] for j < ncols, reading each key row once for 4 query
+ * rows (decode: few queries per key, so packing K^T would cost more than the dots).  Each dot is
+ * W lane partials (lane d % W, in order of d) summed pairwise (fc_hsum).  The heads loops below
+ * prefetch the rows; PF, what each step d of the first four rows also does (it sees j and d). */
+#define FC_DEFINE_ROWDOTS_AS(T, SUF, W, NAME, PF, ...)                                           \
+static inline void NAME(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T* const* krows,             \
+                        ptrdiff_t ncols, T* S, ptrdiff_t lds __VA_ARGS__) {                      \
     for (ptrdiff_t j = 0; j < ncols; j++) {                                                      \
         const T* k = krows[j];                                                                   \
         for (ptrdiff_t i = 0; i < nrows4; i += 4) {                                              \
@@ -196,6 +204,7 @@ static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T
             fc_vec_##SUF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
             ptrdiff_t d = 0;                                                                     \
             for (; d + W <= D; d += W) {                                                         \
+                if (i == 0) { PF }                                                               \
                 fc_vec_##SUF kv = fc_load_##SUF(k + d);                                          \
                 a0 += fc_load_##SUF(q0 + d) * kv; a1 += fc_load_##SUF(q1 + d) * kv;              \
                 a2 += fc_load_##SUF(q2 + d) * kv; a3 += fc_load_##SUF(q3 + d) * kv;              \
@@ -209,6 +218,13 @@ static inline void fc_rowdots_##SUF(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, T
         }                                                                                        \
     }                                                                                            \
 }
+/* (fc_rowdots_spread_*: key j's row of the heads loops' lookahead, pfrows[j], asked into L2 a line
+ * per step as its own is read; fc_paged_spread) */
+#define FC_ROWDOTS_PF_SPREAD(T)                                                                  \
+    if ((d * (ptrdiff_t)sizeof(T)) % 64 == 0) __builtin_prefetch(pfrows[j] + d, 0, 2);
+#define FC_DEFINE_ROWDOTS(T, SUF, W)                                                             \
+FC_DEFINE_ROWDOTS_AS(T, SUF, W, fc_rowdots_##SUF, , )                                            \
+FC_DEFINE_ROWDOTS_AS(T, SUF, W, fc_rowdots_spread_##SUF, FC_ROWDOTS_PF_SPREAD(T), , T* const* pfrows)
 
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_KERNELS)
 
@@ -320,14 +336,23 @@ FC_FOR_EACH_WORK_TYPE(FC_DEFINE_GEMM_TN)
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_ROWDOTS)
 
 #if defined(__AVX512F__)
-/* fc_rowdots_f32 four keys at a time (D a multiple of 16; fc_isa.h), the same bits. */
+/* fc_rowdots_f32 four keys at a time (D a multiple of 16; fc_isa.h), the same bits; and
+ * fc_rowdots_spread_f32 so, each step asking for a line of each of the four keys' lookahead rows. */
 FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
-                   fc_rowdots_f32(Q, nrows4, D, krows + j, ncols - j, S + j, lds))
+                   fc_rowdots_f32(Q, nrows4, D, krows + j, ncols - j, S + j, lds), )
+FC_DEFINE_ROWDOTS4(fc_rowdots4_spread_f32, float* const*, float, fc_load_f32,
+                   fc_rowdots_spread_f32(Q, nrows4, D, krows + j, ncols - j, S + j, lds, pfrows + j),
+                   __builtin_prefetch(pfrows[j] + d, 0, 2); __builtin_prefetch(pfrows[j + 1] + d, 0, 2);
+                   __builtin_prefetch(pfrows[j + 2] + d, 0, 2); __builtin_prefetch(pfrows[j + 3] + d, 0, 2);,
+                   , float* const* pfrows)
 #define FC_ROWDOTS4_F32(Q, nrows4, D, krows, ncols, S, lds) \
     ((D) % 16 == 0 ? fc_rowdots4_f32(Q, nrows4, D, krows, ncols, S, lds) : fc_rowdots_f32(Q, nrows4, D, krows, ncols, S, lds))
+#define FC_ROWDOTS_SPREAD_f32 fc_rowdots4_spread_f32   /* (the spread form's D: a multiple of 2W) */
 #else
 #define FC_ROWDOTS4_F32 fc_rowdots_f32
+#define FC_ROWDOTS_SPREAD_f32 fc_rowdots_spread_f32
 #endif
+#define FC_ROWDOTS_SPREAD_f64 fc_rowdots_spread_f64
 
 /* Paged decode over several kv heads at once.  In the pool a key's rows for all kv heads sit
  * side by side, so serving every head of a group of keys together reads the pool front to back
@@ -336,12 +361,13 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
  * Query rows are head-major, rph4 rows per head.  Every dot and every output element is computed
  * by fc_rowdots / fc_pv as before (same lanes, same sequential order over keys), so the bits do
  * not depend on the grouping. */
-/* Keys are visited in groups of fc_paged_group (fc_uarch.h); while one group is computed (head by head) the rows
- * FC_PAGED_LOOKAHEAD keys on are prefetched into L2, one head's part per head visited: spread
- * over the heads loop rather than a burst of every head's lines, and into L2, not L1 (into L1 the
- * half-pool decode ran at 9.3 ms against 5.0; fc_half.h).  The callers pass the row pointers of up
- * to FC_PAGED_LOOKAHEAD keys past the computed ones (navail >= ncols), so the prefetch runs on
- * across their 128-key tiles. */
+/* Keys are visited in groups of fc_paged_group (fc_uarch.h); while one group is computed (head by
+ * head) the rows FC_PAGED_LOOKAHEAD keys on are prefetched into L2, one head's part per head
+ * visited: spread over the heads loop rather than a burst of every head's lines, and into L2, not
+ * L1 (into L1 the half-pool decode ran at 9.3 ms against 5.0; fc_half.h).  Where fc_paged_spread
+ * says so, a head's part is asked for a line per step of its products too, not at once.  The
+ * callers pass the row pointers of up to FC_PAGED_LOOKAHEAD keys past the computed ones
+ * (navail >= ncols), so the prefetch runs on across their 128-key tiles. */
 #define FC_KEYGROUP_MAX 16   /* (fc_uarch.h fc_paged_group: the group this CPU takes) */
 /* The 16-lane f32 dots take four keys at a time where the level has AVX-512 (fc_rowdots4_f32). */
 #define FC_ROWDOTS_HEADS_f32(Q, nrows4, D, krows, ncols, S, lds) FC_ROWDOTS4_F32(Q, nrows4, D, krows, ncols, S, lds)
@@ -350,14 +376,22 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_f32, float* const*, float, fc_load_f32,
 static inline void fc_rowdots_heads_##SUF(const T* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, \
                                           T* const* krows, ptrdiff_t ncols, ptrdiff_t navail,    \
                                           T* S, ptrdiff_t lds) {                                 \
-    FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP_MAX, fc_paged_group, 0,                    \
-        FC_ROWDOTS_HEADS_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds)) \
+    if (fc_paged_spread && D % (2 * W) == 0)                                                     \
+        FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP_MAX, fc_paged_group, 0, 1,             \
+            FC_ROWDOTS_SPREAD_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, pfrows)) \
+    else                                                                                         \
+        FC_FOR_KEY_GROUPS_AND_HEADS(T, krows, FC_KEYGROUP_MAX, fc_paged_group, 0, 0,             \
+            FC_ROWDOTS_HEADS_##SUF(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds)) \
 }                                                                                                \
 static inline void fc_pv_heads_##SUF(const T* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, \
                                      ptrdiff_t ncols, ptrdiff_t navail, T* const* vrows, ptrdiff_t D, \
                                      T* O, ptrdiff_t ldo) {                                      \
-    FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP_MAX, fc_paged_group, 0,                    \
-        fc_pv_rows_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo)) \
+    if (fc_paged_spread && D % (2 * W) == 0)                                                     \
+        FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP_MAX, fc_paged_group, 0, 1,             \
+            fc_pv_rows_spread_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, pfrows, D, O + h * rph4 * ldo, ldo)) \
+    else                                                                                         \
+        FC_FOR_KEY_GROUPS_AND_HEADS(T, vrows, FC_KEYGROUP_MAX, fc_paged_group, 0, 0,             \
+            fc_pv_rows_##SUF(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo)) \
 }
 
 FC_FOR_EACH_WORK_TYPE(FC_DEFINE_HEADS)

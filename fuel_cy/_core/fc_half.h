@@ -105,7 +105,7 @@ static inline __attribute__((always_inline)) void fc_rowdots2_h16(const float* Q
 /* fc_rowdots2_h16 four keys at a time (D a multiple of 16; fc_isa.h), the same bits. */
 #define FC_LOAD_H16(p) fc_load_h16(p, is_f16)
 FC_DEFINE_ROWDOTS4(fc_rowdots4_h16, const uint16_t* const*, uint16_t, FC_LOAD_H16,
-                   fc_rowdots2_h16(Q, nrows4, D, krows + j, ncols - j, S + j, lds, is_f16), , int is_f16)
+                   fc_rowdots2_h16(Q, nrows4, D, krows + j, ncols - j, S + j, lds, is_f16), , , int is_f16)
 #define FC_ROWDOTS_H16(Q, nrows4, D, krows, ncols, S, lds, is_f16) \
     ((D) % 16 == 0 ? fc_rowdots4_h16(Q, nrows4, D, krows, ncols, S, lds, is_f16) \
                    : fc_rowdots2_h16(Q, nrows4, D, krows, ncols, S, lds, is_f16))
@@ -121,7 +121,7 @@ FC_DEFINE_ROWDOTS4(fc_rowdots4_h16, const uint16_t* const*, uint16_t, FC_LOAD_H1
 static inline __attribute__((always_inline)) void fc_rowdots_heads_h16_t(
         const float* Q, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D, const uint16_t* const* krows,
         ptrdiff_t ncols, ptrdiff_t navail, float* S, ptrdiff_t lds, const int is_f16) {
-    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead,
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead, 0,
         FC_ROWDOTS_H16(Q + h * rph4 * D, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, is_f16))
 }
 /* The dots of every kv head's query rows with keys [0, ncols) (is_f16 made a constant, so each
@@ -184,7 +184,7 @@ static inline __attribute__((always_inline)) void fc_pv_h16(const float* P, ptrd
 static inline __attribute__((always_inline)) void fc_pv_heads_h16_t(
         const float* P, ptrdiff_t ldp, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t ncols, ptrdiff_t navail,
         const uint16_t* const* vrows, ptrdiff_t D, float* O, ptrdiff_t ldo, const int is_f16) {
-    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, vrows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead,
+    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, vrows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead, 0,
         fc_pv_h16(P + h * rph4 * ldp + j0, ldp, rph4, n, hrows, D, O + h * rph4 * ldo, ldo, is_f16))
 }
 /* O += P V for every kv head's query rows over value rows [0, ncols) (navail: see fc_prefetch_head_rows). */

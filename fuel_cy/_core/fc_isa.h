@@ -108,20 +108,28 @@ static inline void fc_prefetch_head_rows(const void* const* rows, ptrdiff_t j0, 
     }
 }
 /* The paged decode's heads loop (fc_gemm.h, fc_half.h): keys [0, ncols) in groups of GROUP (at
- * most GMAX, a constant) and, per group, kv head by kv head: prefetch that head's rows
- * FC_PAGED_LOOKAHEAD keys on (and L1AHEAD keys on into L1, 0: none), point hrows (element type
- * ET) at the group's rows of head h (D apart per head), then run CALL, which sees j0, n (the
- * group's size), h and hrows.  ROWS, ncols, navail, nheads and D come from the enclosing
- * function. */
-#define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GMAX, GROUP, L1AHEAD, CALL)                         \
+ * most GMAX, a constant) and, per group, kv head by kv head: point hrows (element type ET) at the
+ * group's rows of head h (D apart per head); then either (SPREAD 0) prefetch that head's rows
+ * FC_PAGED_LOOKAHEAD keys on (and L1AHEAD keys on into L1, 0: none) before CALL, or (SPREAD 1)
+ * point pfrows at them (a row's own where the caller passed no pointer that far) for CALL to ask
+ * for as its steps go (fc_gemm.h fc_paged_spread).  CALL sees j0, n (the group's size), h, hrows
+ * and pfrows.  ROWS, ncols, navail, nheads and D come from the enclosing function. */
+#define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GMAX, GROUP, L1AHEAD, SPREAD, CALL)                 \
     {                                                                                            \
         ET* hrows[GMAX];                                                                         \
+        ET* pfrows[GMAX];                                                                        \
+        (void)pfrows;                                                                            \
         for (ptrdiff_t j0 = 0; j0 < ncols; j0 += GROUP) {                                        \
             ptrdiff_t n = ncols - j0 < GROUP ? ncols - j0 : GROUP;                               \
             for (ptrdiff_t h = 0; h < nheads; h++) {                                             \
-                fc_prefetch_head_rows((const void* const*)(ROWS), j0, n, navail, h * D * sizeof(ET), D * sizeof(ET), \
-                                      L1AHEAD);                                                  \
                 for (ptrdiff_t j = 0; j < n; j++) hrows[j] = (ROWS)[j0 + j] + h * D;             \
+                if (SPREAD)                                                                      \
+                    for (ptrdiff_t j = 0; j < n; j++)                                            \
+                        pfrows[j] = j0 + j + FC_PAGED_LOOKAHEAD < navail                         \
+                                        ? (ROWS)[j0 + j + FC_PAGED_LOOKAHEAD] + h * D : hrows[j]; \
+                else                                                                             \
+                    fc_prefetch_head_rows((const void* const*)(ROWS), j0, n, navail, h * D * sizeof(ET), \
+                                          D * sizeof(ET), L1AHEAD);                              \
                 CALL;                                                                            \
             }                                                                                    \
         }                                                                                        \
@@ -235,8 +243,9 @@ static inline void fc_store_4x4_f32(float* S, ptrdiff_t lds, __m512 s) {
  * feeding four FMAs, folded by one shuffle tree (fc_hsum16_f32, the lanes and fold of
  * fc_hsum_f32), so a dot's bits do not depend on the block it falls in.  KP is the key rows' type
  * and KE their element type, LOAD(p) reads 16 of them as floats, and the ncols % 4 keys left go
- * to TAIL, the same dots a key at a time; the trailing arguments are extra parameters. */
-#define FC_DEFINE_ROWDOTS4(NAME, KP, KE, LOAD, TAIL, ...)                                          \
+ * to TAIL, the same dots a key at a time; PF, what each step d of the first four rows also does
+ * (it sees j and d); the trailing arguments are extra parameters. */
+#define FC_DEFINE_ROWDOTS4(NAME, KP, KE, LOAD, TAIL, PF, ...)                                      \
 static inline __attribute__((always_inline)) void NAME(const float* Q, ptrdiff_t nrows4, ptrdiff_t D, \
                                                        KP krows, ptrdiff_t ncols, float* S,        \
                                                        ptrdiff_t lds __VA_ARGS__) {                \
@@ -248,6 +257,7 @@ static inline __attribute__((always_inline)) void NAME(const float* Q, ptrdiff_t
             fc_vec_f32 a[16];   /* a[4 * key + row] */                                             \
             for (int c = 0; c < 16; c++) a[c] = (fc_vec_f32){0};                                   \
             for (ptrdiff_t d = 0; d < D; d += 16) {                                                \
+                if (i == 0) { PF }                                                                 \
                 fc_vec_f32 u0 = LOAD(k0 + d), u1 = LOAD(k1 + d), u2 = LOAD(k2 + d), u3 = LOAD(k3 + d); \
                 for (int r = 0; r < 4; r++) {                                                      \
                     fc_vec_f32 x = fc_load_f32(q + r * D + d);                                     \

@@ -105,6 +105,20 @@ static int fc_chunk_spread = 0;
  * same sums whatever the group (each dot alone, P V sequential over keys). */
 static int fc_paged_group = 16;
 
+/* How the float32/float64 paged heads loops ask for the rows FC_PAGED_LOOKAHEAD keys on (fc_gemm.h
+ * fc_rowdots_heads_*, fc_pv_heads_*): 0, a burst of a head's lines before each group's products
+ * (fc_isa.h fc_prefetch_head_rows); 1, a line per step of the products, each step of key j's own
+ * row asking for the same line of the key that far on (fc_rowdots_spread_*, fc_pv_rows_spread_*),
+ * where D is a multiple of 2W (else the burst).  The burst is a head's lines at once (32 at
+ * groups of 4, D = 128 f32), and on Zen 5 the f32 paged decode read its pool at 65% of the copy
+ * rate with them, against 83-91% for a loop that only touched the same rows; spread, side by
+ * side (B=16 Hq=32 Hkv=8 D=128, block 16, 2 threads; benchmarks/results/forms/
+ * amd-epyc-zen5-paged-spread.json) the burst took 1.23-1.35x the time in f32 (ctx 1024 and
+ * 4096), 1.35-1.36x in f64 and 1.44-1.50x on the varlen paged mix (f32, f64).  Groups of 4 stay
+ * (8 and 16 ran 0.96-1.08x).  Zen 4 and Intel keep 0 (unmeasured).  The same sums either way:
+ * only prefetches move. */
+static int fc_paged_spread = 0;
+
 /* fc_h16_l1_ahead (declared in fc_isa.h, which fc_half.h reads before this file): the keys past
  * its group at which the half-pool heads loops (bf16/f16 pools under float32 math: fc_half.h,
  * fc_decode16.h) ask for a head's rows into L1 as well as FC_PAGED_LOOKAHEAD on into L2; 0, never.
@@ -205,6 +219,7 @@ __attribute__((constructor)) static void fc_uarch_init(void) {
     fc_chunk_spread = amd512;
     fc_paged_group = amd512 ? 4 : 16;
     fc_h16_l1_ahead = amd512 && family >= 26 ? 16 : 0;
+    fc_paged_spread = amd512 && family >= 26;
     fc_cpu_has_f16_native = FC_HAVE_F16_NATIVE && have[FC_F_AVX512_FP16];
     fc_f16_form = fc_cpu_has_f16_native ? FC_F16_FORM_NATIVE : FC_F16_FORM_CONVERT;
     if (FC_HAVE_AMX && have[FC_F_AMX_TILE] && have[FC_F_AMX_BF16]) fc_amx_state = fc_amx_permitted() ? 1 : 2;

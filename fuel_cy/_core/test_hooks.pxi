@@ -210,6 +210,18 @@ def _test_paged_group(n=None):
     return fc_paged_group
 
 
+def _test_paged_spread(n=None):
+    """Testing hook: whether the float32/float64 paged heads loops ask for their lookahead rows a
+    line per step of their products (1) or in a burst per group (0) (chosen per CPU at load time:
+    fc_uarch.h fc_paged_spread); with an argument, switch to it first."""
+    global fc_paged_spread
+    if n is not None:
+        if n not in (0, 1):
+            raise ValueError(n)
+        fc_paged_spread = n
+    return fc_paged_spread
+
+
 def _test_qk_slab(n=None):
     """Testing hook: the query rows per slab of the float32/float64 flash tile's scores and
     softmax (0: the whole tile at once; chosen per CPU at load time: fc_uarch.h fc_qk_slab); with
