@@ -184,20 +184,30 @@ def test_paged_decode_key_groups_give_the_same_bits(dtype):
     _same_bits_through(core()._test_paged_group, (16, 1, 3, 4, 8, 13), (0, 17), calls)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16], ids=["f32", "f64", "bf16"])
 @pytest.mark.parametrize("d", [64, 48, 40])
 def test_paged_spread_requests_give_the_same_bits(dtype, d):
-    """fc_uarch.h fc_paged_spread: the float32/float64 paged heads loops ask for their lookahead
-    rows in a burst per group or a line per step of their products; both give the same bits at
-    every group size, in attention_paged_naive (GQA, two query slots, contexts of 1, 77, 130 and
-    160 keys, so requests run past a tile's and a sequence's end, with ALiBi) and in
-    attention_varlen's decode steps over the pool beside a chunk.  D = 64 takes the spread form at
+    """fc_uarch.h fc_paged_spread: the float32/float64 paged heads loops, and a bf16 decode step's
+    scores on vdpbf16ps, ask for their lookahead rows in a burst per group or a line per step of
+    their products; both give the same bits at every group size, in attention_paged_naive (GQA,
+    two query slots, contexts of 1, 77, 130 and 160 keys, so requests run past a tile's and a
+    sequence's end, with ALiBi) and in attention_varlen's decode steps over the pool beside a chunk
+    (bf16: with round_p's weights and without).  D = 64 takes the float loops' spread form at
     every level; 48 only where 2W divides it (f64 at AVX-512, f32 below it) and 40 nowhere (the
-    burst stands in), so both sides of that test run."""
+    burst stands in), so both sides of that test run; the bf16 scores take any D, 40 and 48 with a
+    masked last step."""
     q, kc, vc, table, lens, slopes, (qv, cu_q, cu_k) = _decode_case(dtype, 53, d)
-    calls = [lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens),
-             lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, alibi_slopes=slopes),
-             lambda: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table, causal=True)]
+    varlen = lambda **kw: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table,  # noqa: E731
+                                                   causal=True, **kw)
+    if dtype == ml_dtypes.bfloat16:
+        calls = [varlen, lambda: varlen(round_p=False),
+                 # (the keys packed: the pool's first rows as [T, Hkv, D])
+                 lambda: fuel_cy.attention_varlen(qv, *(x.reshape(-1, 4, d)[:int(cu_k[-1])] for x in (kc, vc)),
+                                                  cu_q, cu_k, causal=True)]
+    else:
+        calls = [lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens),
+                 lambda: fuel_cy.attention_paged_naive(q, kc, vc, table, lens, alibi_slopes=slopes),
+                 varlen]
     hook, group = core()._test_paged_spread, core()._test_paged_group
     saved = group()
     try:

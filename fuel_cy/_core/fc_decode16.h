@@ -131,9 +131,12 @@ static inline void fc_pv_dpbf16_rows(const uint32_t* Pp, ptrdiff_t ldpp, ptrdiff
  * keys x four rows at a time on vdpbf16ps along d: lane l (of 16) takes the pairs of elements
  * (32c + 2l + 1, 32c + 2l) for c = 0, 1, ... in order, both operands zero past D, and the 16 lane
  * sums fold by halves (fc_hsum16_f32: lane l + l + 8, then + 4, + 2, + 1).  K's rows are read as
- * they lie, no pairing, no widening: the order fc_rowdots_h16 takes with 16 lanes of d, in pairs. */
-static inline void fc_qk_dpbf16_rows(const uint32_t* Qp, ptrdiff_t D2, ptrdiff_t nrows4, ptrdiff_t D,
-                                     const uint16_t* const* krows, ptrdiff_t n, float* S, ptrdiff_t lds) {
+ * they lie, no pairing, no widening: the order fc_rowdots_h16 takes with 16 lanes of d, in pairs.
+ * pfrows (or NULL): rows each step of the first four rows asks for a line of into L2, the one at
+ * the offset it reads of key j's (fc_uarch.h fc_paged_spread). */
+static inline __attribute__((always_inline)) void fc_qk_dpbf16_rows(
+        const uint32_t* Qp, ptrdiff_t D2, ptrdiff_t nrows4, ptrdiff_t D, const uint16_t* const* krows, ptrdiff_t n,
+        float* S, ptrdiff_t lds, const uint16_t* const* pfrows) {
     for (ptrdiff_t j = 0; j < n; j += 4) {
         const ptrdiff_t nk = n - j < 4 ? n - j : 4;
         const uint16_t* k0 = krows[j];
@@ -148,6 +151,8 @@ static inline void fc_qk_dpbf16_rows(const uint32_t* Qp, ptrdiff_t D2, ptrdiff_t
                 const ptrdiff_t left = D - d, pl = D2 - d / 2;
                 const __mmask32 mk = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
                 const __mmask16 mq = pl >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << pl) - 1u);
+                if (pfrows && i == 0)
+                    for (ptrdiff_t c = 0; c < nk; c++) __builtin_prefetch(pfrows[j + c] + d, 0, 2);
                 __m512bh u0 = (__m512bh)_mm512_maskz_loadu_epi16(mk, k0 + d);
                 __m512bh u1 = (__m512bh)_mm512_maskz_loadu_epi16(mk, k1 + d);
                 __m512bh u2 = (__m512bh)_mm512_maskz_loadu_epi16(mk, k2 + d);
@@ -176,13 +181,18 @@ static inline void fc_qk_dpbf16_rows(const uint32_t* Qp, ptrdiff_t D2, ptrdiff_t
 
 /* The dots of every kv head's query rows (rph4 per head, head-major; Qp their bf16 pairs, D2 apart)
  * with keys [0, ncols) of krows (head h's rows D further; navail: see fc_prefetch_head_rows) on
- * vdpbf16ps (fc_qk_dpbf16_rows), in fc_rowdots_heads_h16's key groups and prefetch. */
+ * vdpbf16ps (fc_qk_dpbf16_rows), in fc_rowdots_heads_h16's key groups and prefetch, or asking for
+ * the rows ahead a line per step (fc_uarch.h fc_paged_spread). */
 static inline void fc_qk_heads_dpbf16(const uint32_t* Qp, ptrdiff_t D2, ptrdiff_t nheads, ptrdiff_t rph4, ptrdiff_t D,
                                       const uint16_t* const* krows, ptrdiff_t ncols, ptrdiff_t navail,
                                       float* S, ptrdiff_t lds) {
 #if FC_HAVE_DPBF16
-    FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead, 0,
-        fc_qk_dpbf16_rows(Qp + h * rph4 * D2, D2, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds))
+    if (fc_paged_spread)
+        FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, 0, 1,
+            fc_qk_dpbf16_rows(Qp + h * rph4 * D2, D2, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, pfrows))
+    else
+        FC_FOR_KEY_GROUPS_AND_HEADS(const uint16_t, krows, FC_H16_GROUP, FC_H16_GROUP, fc_h16_l1_ahead, 0,
+            fc_qk_dpbf16_rows(Qp + h * rph4 * D2, D2, rph4, D, hrows, n, S + h * rph4 * lds + j0, lds, NULL))
 #else
     (void)Qp; (void)D2; (void)nheads; (void)rph4; (void)D; (void)krows; (void)ncols; (void)navail; (void)S;
     (void)lds;  /* never called */
