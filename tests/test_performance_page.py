@@ -63,10 +63,10 @@ def test_notes_stay_with_their_cpu_and_a_cpu_without_notes_says_so(tmp_path):
     assert "not written up yet" not in sections["CPU A"]
 
 
-def test_two_cpus_sharing_a_model_name_keep_apart(tmp_path):
+def test_two_cpus_sharing_a_model_name_keep_apart(tmp_path, monkeypatch):
     """lscpu calls a Zen 4 and a Zen 5 both "AMD EPYC": the page tells them apart by the cpuid
-    family and model, each with its own section, plots and notes, while a name only one CPU has
-    stays as it is."""
+    family and model, each with its own section, plots (their stamps too) and notes, while a name
+    only one CPU has stays as it is."""
     results = tmp_path / "benchmarks" / "results"
     run = json.loads((RESULTS / "amd-epyc" / "bench.json").read_text())
     run["rows"][0]["ratio"] = 0.5  # an unmet target for sure: flash f32 >= 1.2x torch
@@ -79,9 +79,21 @@ def test_two_cpus_sharing_a_model_name_keep_apart(tmp_path):
         (results / slug / "notes.md").write_text(f"### What limits {slug}\n\nIts FMA ports.\n")
     shutil.copytree(ROOT / "contracts", tmp_path / "contracts")
 
+    import fuel_cy.docs.results as results_module
+
+    stamps: list[str] = []
+    real_plot = results_module.dot_plot
+    monkeypatch.setattr(results_module, "dot_plot",
+                        lambda plt, rows, title, stamp, xlabel: stamps.append(stamp) or real_plot(plt, rows, title,
+                                                                                                  stamp, xlabel))
     page, images = performance_page(tmp_path)
     sections = _sections(page)
     assert sorted(sections) == ["AMD EPYC (family 25 model 17)", "AMD EPYC (family 26 model 2)", "Intel Xeon"]
+    # the line under each section and the stamp drawn in each plot name the CPU as the heading does
+    for label in ("AMD EPYC (family 25 model 17)", "AMD EPYC (family 26 model 2)"):
+        assert f"— {label}, " in sections[label]
+    if images:
+        assert {s.split(" · ")[0] for s in stamps} == set(sections)
     assert "What limits zen4" in sections["AMD EPYC (family 25 model 17)"]
     assert "What limits zen5" in sections["AMD EPYC (family 26 model 2)"]
     assert "What limits zen4" not in sections["AMD EPYC (family 26 model 2)"]

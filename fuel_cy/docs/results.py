@@ -60,19 +60,23 @@ def _commit(root: Path, data: dict, path: Path) -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def _stamp(data: dict, commit: Optional[str] = None) -> str:
+def _stamp(data: dict, commit: Optional[str] = None, cpu: Optional[str] = None) -> str:
+    """The line under a section: machine, date, versions, commit; `cpu` (cpu_labels) in place of
+    the model name where given."""
     m = data.get("machine", {})
     level = f"CPU level `{m['cpu_capability']}`, " if m.get("cpu_capability") else ""
     flags = f"build flags `{' '.join(m['flags'])}`" if m.get("flags") else ""
     torch = f"torch {data['torch']}, " if data.get("torch") else ""
     where = f"; results of commit `{commit}`" if commit else ""
-    return (f"Measured on {str(data.get('date', '?'))[:10]} — {m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
+    return (f"Measured on {str(data.get('date', '?'))[:10]} — {cpu or m.get('cpu', '?')}, {m.get('cores', '?')} cores, "
             f"{m.get('threads', '?')} threads; {level}{torch}{flags}{where}.").replace(", .", ".").replace("; .", ".")
 
 
-def _plot_stamp(data: dict, commit: Optional[str]) -> str:
+def _plot_stamp(data: dict, commit: Optional[str], cpu: Optional[str] = None) -> str:
+    """The stamp drawn in a plot, so that an image taken out of the page still says which CPU (the
+    page's label for it, cpu_labels, where given) and which commit it shows."""
     m = data.get("machine", {})
-    parts = [m.get("cpu", "?"), f"{m.get('cores', '?')} cores", m.get("cpu_capability"), str(data.get("date", "?"))[:10],
+    parts = [cpu or m.get("cpu", "?"), f"{m.get('cores', '?')} cores", m.get("cpu_capability"), str(data.get("date", "?"))[:10],
              f"commit {commit}" if commit else None]
     return " · ".join(p for p in parts if p)
 
@@ -450,9 +454,9 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
     for name, data, path in runs:
         commit = _commit(root, data, path)
         cpu = labels[path]
-        stamp = _plot_stamp(data, commit)
+        stamp = _plot_stamp(data, commit, cpu)
         slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or name
-        lines += [f"## {cpu}: the full grid", "", _stamp(data, commit), ""]
+        lines += [f"## {cpu}: the full grid", "", _stamp(data, commit, cpu), ""]
         if data.get("gemm_gflops"):
             peaks = "".join(f", {kind} peak **{v:.1f} GFLOP/s**" for kind, v in (data.get("peak_gflops") or {}).items())
             lines += [f"Reference rates in the same run: f32 GEMM **{data['gemm_gflops']:.1f} GFLOP/s**, large copy "
@@ -557,13 +561,13 @@ def _levels(data: dict, commit: Optional[str], plt, images: dict[str, bytes], cp
     lines = [f"## {cpu}: each CPU level", "",
              "The same build at each CPU level it contains, against PyTorch forced to the same instruction set "
              "(`fuel-cy bench --cpu-capability all`; ours and torch in one child process per level, interleaved, "
-             "medians).", "", _stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit), ""]
+             "medians).", "", _stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit, cpu), ""]
     points = _level_points(data)
     if plt is not None and points:
         slug = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or "cpu"
         img = f"{slug}-levels.png"
         images[img] = dot_plot(plt, points, "Each CPU level against PyTorch at the same level",
-                               _plot_stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit),
+                               _plot_stamp({**data, "machine": {k: v for k, v in m.items() if k != "cpu_capability"}}, commit, cpu),
                                "speed ratio = PyTorch time / fuel_cy time\n(beside each point: fuel_cy's time)")
         lines += [_image(img, f"fuel_cy against PyTorch at each CPU level on {cpu}"), "",
                   _compact_note([r["shape"] for lv in data["levels"] for r in lv["rows"]]), ""]
