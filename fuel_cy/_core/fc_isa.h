@@ -112,7 +112,7 @@ static inline void fc_prefetch_head_rows(const void* const* rows, ptrdiff_t j0, 
  * group's rows of head h (D apart per head); then either (SPREAD 0) prefetch that head's rows
  * FC_PAGED_LOOKAHEAD keys on (and L1AHEAD keys on into L1, 0: none) before CALL, or (SPREAD 1)
  * point pfrows at them (a row's own where the caller passed no pointer that far) for CALL to ask
- * for as its steps go (fc_gemm.h fc_paged_spread).  CALL sees j0, n (the group's size), h, hrows
+ * for as its steps go (fc_uarch.h fc_paged_spread).  CALL sees j0, n (the group's size), h, hrows
  * and pfrows.  ROWS, ncols, navail, nheads and D come from the enclosing function. */
 #define FC_FOR_KEY_GROUPS_AND_HEADS(ET, ROWS, GMAX, GROUP, L1AHEAD, SPREAD, CALL)                 \
     {                                                                                            \

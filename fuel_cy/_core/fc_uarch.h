@@ -110,15 +110,16 @@ static int fc_paged_group = 16;
  * FC_PAGED_LOOKAHEAD keys on: 0, a burst of a head's lines before each group's products
  * (fc_isa.h fc_prefetch_head_rows); 1, a line per step of the products, each step of key j's own
  * row asking for the same line of the key that far on (the float32/float64 loops where D is a
- * multiple of 2W, else the burst).  The burst is a head's lines at once (32 at groups of 4, D = 128 f32), and on Zen 5 the
- * f32 paged decode read its pool at 65% of the copy rate with them, against 83-91% for a loop
- * that only touched the same rows; spread, side by side (B=16 Hq=32 Hkv=8 D=128, block 16, 2
- * threads; four runs, benchmarks/results/forms/amd-epyc-zen5-paged-spread.json) the burst took
- * 1.23-1.56x the time in f32 (ctx 1024 and 4096), 1.35-1.45x in f64, 1.44-1.71x on the varlen
- * paged mix (f32, f64) and 1.78-1.84x on its bf16 form (scores on vdpbf16ps; paged or packed).  Groups of 4 stay (8 and 16 ran
- * 0.96-1.08x).  The half-pool loops of fc_half.h keep the burst: spread there matched Zen 5's
- * burst with its L1 requests (fc_h16_l1_ahead; 0.98-1.01x on attention_paged_mixed).  Zen 4 and
- * Intel keep 0 (unmeasured).  The same sums either way: only prefetches move. */
+ * multiple of 2W, else the burst).  The burst is a head's lines at once (32 at groups of 4,
+ * D = 128 f32), and on Zen 5 the f32 paged decode read its pool at 65% of the copy rate with them,
+ * against 83-91% for a loop that only touched the same rows.  Side by side (B=16 Hq=32 Hkv=8
+ * D=128, block 16, 2 threads; four runs, benchmarks/results/forms/amd-epyc-zen5-paged-spread.json)
+ * the burst took 1.23-1.56x the time of the spread requests in f32 (ctx 1024 and 4096),
+ * 1.35-1.45x in f64, 1.44-1.71x on the varlen paged mix (f32, f64) and 1.78-1.84x on its bf16
+ * form (scores on vdpbf16ps; paged or packed).  Groups of 4 stay (8 and 16 ran 0.96-1.08x).  The
+ * half-pool loops of fc_half.h keep the burst: spread there took 0.99-1.02x the time of Zen 5's
+ * burst with its L1 requests (fc_h16_l1_ahead) on attention_paged_mixed.  Zen 4 and Intel keep 0
+ * (unmeasured).  The same sums either way: only prefetches move. */
 static int fc_paged_spread = 0;
 
 /* fc_h16_l1_ahead (declared in fc_isa.h, which fc_half.h reads before this file): the keys past

@@ -57,7 +57,7 @@ cdef extern from "fc_simd.h" nogil:
     Py_ssize_t fc_tn_ahead   # dK and dV bytes above which C += A^T B asks for C's rows ahead (-1: never)
     int fc_chunk_spread      # a chunk's tiles ask for their next rows a line per product step (1) or at once (0)
     int fc_paged_group       # keys per group of the float32/float64 paged decode's heads loops (1 .. 16)
-    int fc_paged_spread      # those loops ask for their lookahead rows a line per product step (1) or at once (0)
+    int fc_paged_spread      # paged heads loops, bf16 decode scores: rows ahead a line per product step (1) or at once (0)
     int fc_h16_l1_ahead      # keys past a group whose rows the half-pool heads loops ask into L1 (0: never)
     int fc_qk_slab           # query rows per slab of the flash tile's scores and softmax (0: the whole tile)
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,

@@ -211,9 +211,10 @@ def _test_paged_group(n=None):
 
 
 def _test_paged_spread(n=None):
-    """Testing hook: whether the float32/float64 paged heads loops ask for their lookahead rows a
-    line per step of their products (1) or in a burst per group (0) (chosen per CPU at load time:
-    fc_uarch.h fc_paged_spread); with an argument, switch to it first."""
+    """Testing hook: whether the float32/float64 paged heads loops and a bf16 decode step's scores
+    on vdpbf16ps ask for their lookahead rows a line per step of their products (1) or in a burst
+    per group (0) (chosen per CPU at load time: fc_uarch.h fc_paged_spread); with an argument,
+    switch to it first."""
     global fc_paged_spread
     if n is not None:
         if n not in (0, 1):
