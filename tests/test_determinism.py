@@ -192,10 +192,10 @@ def test_paged_spread_requests_give_the_same_bits(dtype, d):
     their products; both give the same bits at every group size, in attention_paged_naive (GQA,
     two query slots, contexts of 1, 77, 130 and 160 keys, so requests run past a tile's and a
     sequence's end, with ALiBi) and in attention_varlen's decode steps over the pool beside a chunk
-    (bf16: with round_p's weights and without).  D = 64 takes the float loops' spread form at
-    every level; 48 only where 2W divides it (f64 at AVX-512, f32 below it) and 40 nowhere (the
-    burst stands in), so both sides of that test run; the bf16 scores take any D, 40 and 48 with a
-    masked last step."""
+    (bf16: with round_p's weights and without).  The float loops take the spread form where 2W
+    divides D and the burst elsewhere: D = 64 spreads at every level, 48 takes the burst in f32 at
+    AVX-512, 40 at AVX-512 and in f32 at AVX2, so both sides of that test run at the AVX levels;
+    the bf16 scores take any D, 40 and 48 with a masked last step."""
     q, kc, vc, table, lens, slopes, (qv, cu_q, cu_k) = _decode_case(dtype, 53, d)
     varlen = lambda **kw: fuel_cy.attention_varlen(qv, kc, vc, cu_q, cu_k, block_table=table,  # noqa: E731
                                                    causal=True, **kw)
@@ -271,7 +271,8 @@ def test_micro_architecture_choices_follow_the_vendor():
     once and keys 16 at a time.  Every CPU takes a flash tile's scores whole (slabs measured no
     faster on Zen 4 or Zen 5 and are untried elsewhere).  The half-pool heads loops ask for rows 16
     keys on into L1 on AMD CPUs of family 26 (Zen 5, 48 KB L1d) at AVX-512 only, and there alone
-    the float32/float64 paged heads loops ask for their lookahead a line per product step."""
+    the float32/float64 paged heads loops and the bf16 decode scores ask for their lookahead a
+    line per product step."""
     from fuel_cy import _cpuid
 
     _, vendor, family, _ = _cpuid.probe()
