@@ -117,9 +117,10 @@ static int fc_paged_group = 16;
  * the burst took 1.23-1.56x the time of the spread requests in f32 (ctx 1024 and 4096),
  * 1.35-1.45x in f64, 1.44-1.71x on the varlen paged mix (f32, f64) and 1.78-1.84x on its bf16
  * form (scores on vdpbf16ps; paged or packed).  Groups of 4 stay (8 and 16 ran 0.96-1.08x).  The
- * half-pool loops of fc_half.h keep the burst: spread there took 0.99-1.02x the time of Zen 5's
- * burst with its L1 requests (fc_h16_l1_ahead) on attention_paged_mixed.  Zen 4 and Intel keep 0
- * (unmeasured).  The same sums either way: only prefetches move. */
+ * half-pool loops of fc_half.h keep the burst: on attention_paged_mixed (bf16, f16, ctx 2048 and
+ * 8192, three runs) spreading there took 0.97-1.10x the time of Zen 5's burst with its L1
+ * requests (fc_h16_l1_ahead), 0.92-1.07x asked into L1: no form won throughout.  Zen 4 and Intel
+ * keep 0 (unmeasured).  The same sums either way: only prefetches move. */
 static int fc_paged_spread = 0;
 
 /* fc_h16_l1_ahead (declared in fc_isa.h, which fc_half.h reads before this file): the keys past
