@@ -414,6 +414,10 @@ def performance_page(root: Path) -> tuple[str, dict[str, bytes]]:
 
     runs, level_runs = _runs(root), _level_runs(root)
     labels = cpu_labels(runs + level_runs)
+    # sections in the order of the CPUs' labels (family 25 before 26), not of the file names, where
+    # "amd-epyc-zen5" sorts before "amd-epyc"
+    runs.sort(key=lambda run: labels[run[2]])
+    level_runs.sort(key=lambda run: labels[run[2]])
     lines = ["---", "title: Performance", "---", "# Performance", ""]
     images: dict[str, bytes] = {}
     if not runs and not level_runs:
