@@ -258,6 +258,49 @@ def test_flash_score_slabs_give_the_same_bits(dtype):
     _same_bits_through(core()._test_qk_slab, (0, 4, 8, 12, 16, 32, 64), (-4, 2, 6, 68), calls)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_row_maxima_kept_with_the_scores_give_the_same_bits(dtype):
+    """fc_uarch.h fc_qk_fused_max: a flash tile's row maxima taken from its sums as they are
+    stored, or by a pass over the stored rows, give the same bits, alone and under every slab
+    size: whole and short key tiles (330 keys: 128, 128, 74), causal (the diagonal tiles' rows
+    that attend part of them keep the pass), GQA, stacked heads with D = 40, the transformed rows
+    (softcap, ALiBi, a mask), which never take it, and rows whose scores hold a NaN or are -inf but
+    for a NaN (a -inf query entry against a zero key entry), where the max must come out as the
+    pass gives it."""
+    rng = np.random.default_rng(41)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+    q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
+    slopes = rng.uniform(0.01, 0.3, 4).astype(dtype)
+    mask = rng.random((1, 1, 203, 330)) < 0.8
+    qs, ks, vs = r(2, 8, 5, 40), r(2, 2, 77, 40), r(2, 2, 77, 40)
+    # row 3 of head 0: -inf against every key's positive first entry, but NaN at key 200 (0 there);
+    # row 9: a NaN entry, so NaN against every key
+    qx, kx = q.copy(), k.copy()
+    qx[0, 0, 3, :] = 0
+    qx[0, 0, 3, 0] = -np.inf
+    kx[0, 0, :, 0] = np.abs(kx[0, 0, :, 0]) + 0.5
+    kx[0, 0, 200, 0] = 0
+    qx[0, 0, 9, 5] = np.nan
+    calls = [lambda: fuel_cy.attention_flash(q, k, v),
+             lambda: fuel_cy.attention_flash(q, k, v, causal=True),
+             lambda: fuel_cy.attention_flash(qs, ks, vs, causal=True),
+             lambda: fuel_cy.attention_flash(q, k, v, slopes, softcap=5.0),
+             lambda: fuel_cy.attention_masked(q, k, v, mask),
+             lambda: fuel_cy.attention_flash(qx, kx, v),
+             lambda: fuel_cy.attention_flash_backward(q, k, v, do, causal=True)]
+    out = fuel_cy.attention_flash(qx, kx, v)
+    assert np.isnan(out[0, 0, 3]).all() and np.isnan(out[0, 0, 9]).all()
+    assert np.isfinite(np.delete(out[0, 0], [3, 9], axis=0)).all()
+    slab = core()._test_qk_slab
+    saved = slab()
+    try:
+        for n in (0, 8, 12, 64):
+            slab(n)
+            _same_bits_through(core()._test_qk_fused_max, (False, True), (), calls)
+    finally:
+        slab(saved)
+
+
 def test_micro_architecture_choices_follow_the_vendor():
     """fc_uarch.h, at AVX-512: AMD CPUs take 32 backward rows per step (128 where all five
     products run on vdpbf16ps) and the narrow register block of Q K^T and P V, the others
@@ -269,7 +312,8 @@ def test_micro_architecture_choices_follow_the_vendor():
     AVX-512 every CPU takes the strided PV form, 64 rows, one block per copy, the narrow register
     block (the only one its 16 registers hold), no requests ahead, the chunks' rows asked for at
     once and keys 16 at a time.  Every CPU takes a flash tile's scores whole (slabs measured no
-    faster on Zen 4 or Zen 5 and are untried elsewhere).  The half-pool heads loops ask for rows 16
+    faster on Zen 4 or Zen 5 and are untried elsewhere) and finds their rows' maxima by a pass
+    (keeping them as the scores are stored measured no faster on Zen 5).  The half-pool heads loops ask for rows 16
     keys on into L1 on AMD CPUs of family 26 (Zen 5, 48 KB L1d) at AVX-512 only, and there alone
     the float32/float64 paged heads loops and the bf16 decode scores ask for their lookahead a
     line per product step."""
@@ -288,6 +332,7 @@ def test_micro_architecture_choices_follow_the_vendor():
     assert core()._test_chunk_spread() is amd512
     assert core()._test_paged_group() == (4 if amd512 else 16)
     assert core()._test_qk_slab() == 0
+    assert core()._test_qk_fused_max() is False
     assert core()._test_h16_l1_ahead() == (16 if amd512 and family >= 26 else 0)
     assert core()._test_paged_spread() == (1 if amd512 and family >= 26 else 0)
 

@@ -359,6 +359,8 @@ def test_address_and_undefined_sanitizer_build(tmp_path):
                             str(tests / "test_round_p.py") + "::test_backward_round_p_bits_do_not_depend_on_step_rows",
                             # the flash tile's scores slab by slab (off by default: switched on through its hook)
                             str(tests / "test_determinism.py") + "::test_flash_score_slabs_give_the_same_bits",
+                            # the flash rows' maxima kept as the scores are stored (off by default: its hook)
+                            str(tests / "test_determinism.py") + "::test_row_maxima_kept_with_the_scores_give_the_same_bits",
                             # the half-pool loops' L1 requests at every distance (on only on Zen 5)
                             str(tests / "test_determinism.py") + "::test_half_pool_l1_requests_give_the_same_bits",
                             # the paged heads loops' requests a line per step and in bursts (the first on Zen 5 only)

@@ -445,6 +445,24 @@ cdef inline void qk_tile_pf(real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, real_t* 
         fc_qk_pf_f64(Q, nrows4, D, Kt, S, lds, ncols, pf)
 
 
+cdef inline void qk_tile_max(real_t* Q, Py_ssize_t nrows4, Py_ssize_t D, real_t* Kt, real_t* S, Py_ssize_t lds,
+                             Py_ssize_t ncols, real_t* rmax) noexcept nogil:
+    """qk_tile's sums (float32/float64 compute; ncols whole register blocks, fc_qk_max_whole_*),
+    each row's maximum kept lane by lane in rmax as they are stored (fc_gemm.h fc_qk_max_*)."""
+    if real_t is float:
+        fc_qk_max_f32(Q, nrows4, D, Kt, S, lds, ncols, rmax)
+    else:
+        fc_qk_max_f64(Q, nrows4, D, Kt, S, lds, ncols, rmax)
+
+
+cdef inline real_t qk_tile_row_max(real_t* rmax, Py_ssize_t r, real_t* s, Py_ssize_t n) noexcept nogil:
+    """row_max(s, n) of row r of the scores qk_tile_max stored, from its lanes in rmax."""
+    if real_t is float:
+        return fc_rmax_row_f32(rmax, r, s, n)
+    else:
+        return fc_rmax_row_f64(rmax, r, s, n)
+
+
 cdef inline void pv_accum_pf(real_t* P, Py_ssize_t ldp, Py_ssize_t nrows4, Py_ssize_t ncols, real_t** vrows,
                              Py_ssize_t D, real_t* O, Py_ssize_t ldo, fc_pf_stream* pf) noexcept nogil:
     """pv_accum's sums (float32/float64 compute), each step of j also asking for a line of pf's

@@ -19,8 +19,9 @@
 #include "fc_dtypes.h"   /* generated from fuel_cy/dtypes.py: FC_FOR_EACH_WORK_TYPE */
 
 /* One register block of S = Q Kt: NRB rows x NV vectors of columns at (i, j0), sequential over d.
- * PF: what each step of d also does (FC_QK_PF_NONE, FC_QK_PF_STREAM). */
-#define FC_QK_BLOCK(T, SUF, W, PF, NRB, NV)                                                      \
+ * PF: what each step of d also does (FC_QK_PF_NONE, FC_QK_PF_STREAM); KEEP: what the block does
+ * with its sums besides storing them (FC_QK_KEEP_NONE, FC_QK_KEEP_MAX). */
+#define FC_QK_BLOCK(T, SUF, W, PF, KEEP, NRB, NV)                                                \
     {                                                                                            \
         const T* q[NRB];                                                                         \
         for (int r = 0; r < NRB; r++) q[r] = Q + (i + r) * D;                                    \
@@ -35,7 +36,20 @@
         }                                                                                        \
         for (int r = 0; r < NRB; r++)                                                            \
             for (int c = 0; c < NV; c++) fc_store_##SUF(S + (i + r) * lds + j0 + c * W, a[r][c]); \
+        KEEP(SUF, W, NRB, NV)                                                                    \
     }
+
+/* (fc_qk_max_*: each row's running maximum over the columns, lane by lane, rmax[row][W], taken
+ * from the sums while they are in registers, so that the softmax needs no pass of its own over
+ * the stored scores to find it; fc_qk_fused_max.  fc_vmax_* keeps its second operand when either
+ * is NaN, so a NaN score never enters a lane, as in fc_exp.h's row_max.) */
+#define FC_QK_KEEP_NONE(SUF, W, NRB, NV)
+#define FC_QK_KEEP_MAX(SUF, W, NRB, NV)                                                          \
+        for (int r = 0; r < NRB; r++) {                                                          \
+            fc_vec_##SUF mx = fc_load_##SUF(rmax + (i + r) * W);                                  \
+            for (int c = 0; c < NV; c++) mx = fc_vmax_##SUF(a[r][c], mx);                         \
+            fc_store_##SUF(rmax + (i + r) * W, mx);                                              \
+        }
 
 /* One register block of O += P V: NRB rows x NV vectors of columns at (i, d0), sequential over j.
  * VROW(j) is the address of V's row j, PF(j) what to prefetch at step j (the row forms below). */
@@ -149,15 +163,15 @@ static inline void NAME(const T* P, ptrdiff_t ldp, ptrdiff_t nrows4, ptrdiff_t n
 /* S[i, j] = sum_d Q[i, d] * Kt[d, j] for j < FC_BC; Q rows (stride D), nrows4 % 4 == 0.  Each Kt
  * slice [D][2W] (4W in the wide block) stays in L1 across the row blocks.  PF and the trailing
  * arguments: what each step of d also does (the sums are the same either way). */
-#define FC_DEFINE_QK(T, SUF, W, NAME, PF, ENTER, LEAVE, ...)                                     \
+#define FC_DEFINE_QK(T, SUF, W, NAME, PF, KEEP, ENTER, LEAVE, ...)                               \
 static inline void NAME(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt, T* S,          \
                         ptrdiff_t lds, ptrdiff_t ncols __VA_ARGS__) {                            \
     ENTER                                                                                        \
     ptrdiff_t j0 = 0;                                                                            \
     if (FC_GEMM_WIDE)   /* (the same columns written as by 2W: ncols rounded up to 2W) */      \
         for (; j0 + 4 * W <= (ncols + 2 * W - 1) / (2 * W) * (2 * W); j0 += 4 * W)               \
-            FC_ROW_BLOCKS(FC_QK_BLOCK, 6, 4, T, SUF, W, PF)                                      \
-    for (; j0 < ncols; j0 += 2 * W) FC_ROW_BLOCKS(FC_QK_BLOCK, FC_NRB, 2, T, SUF, W, PF)         \
+            FC_ROW_BLOCKS(FC_QK_BLOCK, 6, 4, T, SUF, W, PF, KEEP)                                \
+    for (; j0 < ncols; j0 += 2 * W) FC_ROW_BLOCKS(FC_QK_BLOCK, FC_NRB, 2, T, SUF, W, PF, KEEP)   \
     LEAVE                                                                                        \
 }
 /* The stream of fc_qk_pf_* and fc_pv_pf_* (fc_isa.h fc_pf_stream), in locals while they run. */
@@ -165,11 +179,30 @@ static inline void NAME(const T* Q, ptrdiff_t nrows4, ptrdiff_t D, const T* Kt, 
 #define FC_QK_PF_STREAM fc_pf_step(&pfl);
 #define FC_PF_ENTER fc_pf_stream pfl = *pf;
 #define FC_PF_LEAVE *pf = pfl;
+#define FC_QK_MAX_ENTER(T, W) for (ptrdiff_t l = 0; l < nrows4 * (W); l++) rmax[l] = -INFINITY;
 
 #define FC_DEFINE_KERNELS(T, SUF, W)                                                             \
-FC_DEFINE_QK(T, SUF, W, fc_qk_##SUF, FC_QK_PF_NONE, , , )                                        \
+FC_DEFINE_QK(T, SUF, W, fc_qk_##SUF, FC_QK_PF_NONE, FC_QK_KEEP_NONE, , , )                       \
 /* (a chunk's tiles: rows asked for as the steps go, pf) */                                     \
-FC_DEFINE_QK(T, SUF, W, fc_qk_pf_##SUF, FC_QK_PF_STREAM, FC_PF_ENTER, FC_PF_LEAVE, , fc_pf_stream* pf) \
+FC_DEFINE_QK(T, SUF, W, fc_qk_pf_##SUF, FC_QK_PF_STREAM, FC_QK_KEEP_NONE, FC_PF_ENTER, FC_PF_LEAVE, , \
+             fc_pf_stream* pf)                                                                   \
+/* (the rows' maxima kept as the sums are stored, rmax[nrows4][W]: ncols a multiple of 2W, so   \
+ * that no column past ncols enters them) */                                                    \
+FC_DEFINE_QK(T, SUF, W, fc_qk_max_##SUF, FC_QK_PF_NONE, FC_QK_KEEP_MAX, FC_QK_MAX_ENTER(T, W), , , \
+             T* rmax)                                                                            \
+/* whether fc_qk_max_* takes ncols columns: whole register blocks of 2W */                      \
+static inline int fc_qk_max_whole_##SUF(ptrdiff_t ncols) { return ncols % (2 * W) == 0; }       \
+/* max(s[0:n]) from row r's lanes of fc_qk_max_*'s rmax, as fc_exp.h's row_max gives it from s: \
+ * max is exact, so the lanes' order cannot matter; a NaN is looked for in s only when every    \
+ * other score is -inf */                                                                       \
+static inline T fc_rmax_row_##SUF(const T* rmax, ptrdiff_t r, const T* s, ptrdiff_t n) {        \
+    T m = rmax[r * W];                                                                           \
+    for (int l = 1; l < W; l++) m = rmax[r * W + l] > m ? rmax[r * W + l] : m;                  \
+    if (m == -INFINITY)                                                                          \
+        for (ptrdiff_t j = 0; j < n; j++)                                                        \
+            if (s[j] != s[j]) return s[j];                                                       \
+    return m;                                                                                    \
+}                                                                                                \
                                                                                                  \
 FC_DEFINE_PV(T, SUF, W, fc_pv_##SUF, FC_VROW_PTR, FC_PF_PTR, , , T* const* vrows)             \
 FC_DEFINE_PV(T, SUF, W, fc_pv_strided_##SUF, FC_VROW_STRIDED, FC_PF_NONE, , , const T* V, ptrdiff_t ldv) \

@@ -304,4 +304,17 @@ static inline fc_u32v fc_select_u32(fc_i32v mask, fc_u32v a, fc_u32v b) {
 static inline fc_u32v fc_min_u32(fc_u32v a, fc_u32v b) { FC_U32_MINMAX(min, <) }
 static inline fc_u32v fc_max_u32(fc_u32v a, fc_u32v b) { FC_U32_MINMAX(max, >) }
 
+/* Lane-wise max(x, m) that keeps m where either is NaN (what x86's maxps and maxpd do with their
+ * second operand), so a running maximum never takes in a NaN. */
+#if FC_VBYTES == 64
+static inline fc_vec_f32 fc_vmax_f32(fc_vec_f32 x, fc_vec_f32 m) { return (fc_vec_f32)_mm512_max_ps((__m512)x, (__m512)m); }
+static inline fc_vec_f64 fc_vmax_f64(fc_vec_f64 x, fc_vec_f64 m) { return (fc_vec_f64)_mm512_max_pd((__m512d)x, (__m512d)m); }
+#elif FC_VBYTES == 32
+static inline fc_vec_f32 fc_vmax_f32(fc_vec_f32 x, fc_vec_f32 m) { return (fc_vec_f32)_mm256_max_ps((__m256)x, (__m256)m); }
+static inline fc_vec_f64 fc_vmax_f64(fc_vec_f64 x, fc_vec_f64 m) { return (fc_vec_f64)_mm256_max_pd((__m256d)x, (__m256d)m); }
+#else
+static inline fc_vec_f32 fc_vmax_f32(fc_vec_f32 x, fc_vec_f32 m) { return (fc_vec_f32)_mm_max_ps((__m128)x, (__m128)m); }
+static inline fc_vec_f64 fc_vmax_f64(fc_vec_f64 x, fc_vec_f64 m) { return (fc_vec_f64)_mm_max_pd((__m128d)x, (__m128d)m); }
+#endif
+
 #endif

@@ -149,6 +149,21 @@ static int fc_paged_spread = 0;
  * gain.  Each score is the same sequential sum over d either way. */
 static int fc_qk_slab = 0;
 
+/* Whether the float32/float64 flash tile's scores find each row's maximum as they are stored
+ * (fc_gemm.h fc_qk_max_*: the sums' lanes kept in a running maximum per row while they are in
+ * registers) instead of in a pass of its own over the stored row (fc_exp.h row_max) before the
+ * exp pass: the scores then go through L1 twice between the two products (exp, then P V) where
+ * they went three times.  Taken where the tile's columns are whole register blocks (a multiple of
+ * 2W: every full key tile, and a short last or causal diagonal one whose keys make whole blocks)
+ * and a row attends all of them; the others keep the pass.  The candidate for the Xeon, whose
+ * profile puts part of its f32 flash's gap in the softmax's passes through its 48 KB L1d
+ * (benchmarks/results/intel-xeon/notes.md).  On Zen 5 the flash's two products hold 77% of its
+ * samples and run at 88-95% of the FMA peak, the rest of the task, the pass included, 7% (perf,
+ * f32 S=2048 D=64): keeping the maxima ran 0.99-1.01x the pass's time (flash f32 S=512-4096 D=64
+ * and 128, causal, f64; three runs, forms.py, benchmarks/results/forms/amd-epyc-zen5-fused-max.json),
+ * so every CPU keeps 0 until one measures a gain.  Max is exact: the same bits either way. */
+static int fc_qk_fused_max = 0;
+
 /* Whether the compiler is at least gcc G or clang C: new instructions written as inline assembly
  * need an assembler that knows them, which comes with compilers of about that age. */
 #if defined(__clang__)

@@ -445,6 +445,10 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
     cdef const unsigned short* vtrow16 = o.vt16 + row_offset(&sh.lv, kvh, 0) if o.vt16 != NULL else NULL
     cdef bint p16 = False
     cdef bint slabbed = False
+    # (fc_uarch.h fc_qk_fused_max) the tile's scores came with their rows' maxima in rmax, rows
+    # from the slab's first
+    cdef bint fused = False, fuse_ok
+    cdef real_t rmax[BR_FLASH * NL]
     cdef unsigned short* P16 = <unsigned short*>Pp
     fc_amx_hold()   # (the tile kernels below configure the tiles once for the task)
     for t in range(ntiles):
@@ -482,6 +486,9 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
             nc = ilast + o.shift + 1 - j0
         p16 = p16_ok and fc_pv_paired_whole(nr4, nc, D)
         slabbed = False
+        fused = False
+        fuse_ok = (rnd_t is RoundNone and plain and fc_qk_fused_max
+                   and (fc_qk_max_whole_f32(nc) if real_t is float else fc_qk_max_whole_f64(nc)))
         if lds != BC:   # a decode step: this tile's dots are in S already, or the run starts here
             if j0 >= wend:
                 wbase = j0
@@ -571,18 +578,28 @@ cdef inline void flash_task(rnd_t tag, Py_ssize_t task, Py_ssize_t kv0, real_t* 
                 key_rows(o, kpf, npf, ktp + row_offset(&sh.lk, kvh, 0), sh.lk.ss, <const real_t**>pf_rows)
             elif rnd_t is RoundNone and ktile == NULL and fc_qk_slab > 0:
                 slabbed = True   # (the scores slab by slab in the rows' loop: fc_uarch.h fc_qk_slab)
+                fused = fuse_ok
+            elif fuse_ok:
+                fused = True
+                qk_tile_max(Qs, nr4, D, ktile if ktile != NULL else kth + t * D * BC, S, BC, nc, rmax)
             else:
                 qk_tile(tag, Qs, nr4, D, ktile if ktile != NULL else kth + t * D * BC, S, BC, nc)
         for r in range(nr):
             if slabbed and r % fc_qk_slab == 0:
-                qk_tile(tag, Qs + r * D, nr4 - r if nr4 - r < fc_qk_slab else fc_qk_slab, D,
-                        kth + t * D * BC, S + r * BC, BC, nc)
+                if fused:
+                    qk_tile_max(Qs + r * D, nr4 - r if nr4 - r < fc_qk_slab else fc_qk_slab, D,
+                                kth + t * D * BC, S + r * BC, BC, nc, rmax)
+                else:
+                    qk_tile(tag, Qs + r * D, nr4 - r if nr4 - r < fc_qk_slab else fc_qk_slab, D,
+                            kth + t * D * BC, S + r * BC, BC, nc)
             srow = S + r * lds + toff
             nrow = nc
             if plain and cls == 1:
                 nrow = rp[r] + o.shift + 1 - j0
                 nrow = 0 if nrow < 0 else (nc if nrow > nc else nrow)
-            if plain:
+            if fused and nrow == nc:   # (the max kept as the row's scores were stored)
+                mt = R(tag, scale * qk_tile_row_max(rmax, r % fc_qk_slab if slabbed else r, srow, nc))
+            elif plain:
                 mt = R(tag, scale * row_max(srow, nrow)) if nrow > 0 else -INFINITY
             else:
                 slope = slopes[rh[r]] if slopes != NULL else 0

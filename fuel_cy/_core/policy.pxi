@@ -60,6 +60,7 @@ cdef extern from "fc_simd.h" nogil:
     int fc_paged_spread      # paged heads loops, bf16 decode scores: rows ahead a line per product step (1) or at once (0)
     int fc_h16_l1_ahead      # keys past a group whose rows the half-pool heads loops ask into L1 (0: never)
     int fc_qk_slab           # query rows per slab of the flash tile's scores and softmax (0: the whole tile)
+    int fc_qk_fused_max      # the flash tile's row maxima taken as its scores are stored (1) or by a pass (0)
     void fc_qk_dpbf16(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                       float* S, Py_ssize_t lds, Py_ssize_t ncols)
     # fc_amx.h: one tile configuration per task (between these two, on one thread)
@@ -126,6 +127,15 @@ cdef extern from "fc_simd.h" nogil:
                       Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
     void fc_qk_pf_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S,
                       Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
+    # fc_gemm.h: S = Q K^T keeping each row's maximum lane by lane (rmax[nrows4][W]), and a row's max from them
+    void fc_qk_max_f32(const float* Q, Py_ssize_t nrows4, Py_ssize_t D, const float* Kt, float* S,
+                       Py_ssize_t lds, Py_ssize_t ncols, float* rmax)
+    void fc_qk_max_f64(const double* Q, Py_ssize_t nrows4, Py_ssize_t D, const double* Kt, double* S,
+                       Py_ssize_t lds, Py_ssize_t ncols, double* rmax)
+    float fc_rmax_row_f32(const float* rmax, Py_ssize_t r, const float* s, Py_ssize_t n)
+    double fc_rmax_row_f64(const double* rmax, Py_ssize_t r, const double* s, Py_ssize_t n)
+    bint fc_qk_max_whole_f32(Py_ssize_t ncols)
+    bint fc_qk_max_whole_f64(Py_ssize_t ncols)
     void fc_qk_dpbf16_pf(const unsigned int* Qp, Py_ssize_t nrows4, Py_ssize_t D2, const unsigned int* Kp,
                          float* S, Py_ssize_t lds, Py_ssize_t ncols, fc_pf_stream* pf)
     void fc_pv_dpbf16_pf(const float* P, Py_ssize_t ldp, Py_ssize_t nrows, Py_ssize_t ncols,

@@ -235,6 +235,16 @@ def _test_qk_slab(n=None):
     return fc_qk_slab
 
 
+def _test_qk_fused_max(on=None):
+    """Testing hook: whether the float32/float64 flash tile's scores find each row's maximum as
+    they are stored (True) or by a pass over the stored row (False; chosen per CPU at load time:
+    fc_uarch.h fc_qk_fused_max); with an argument, switch to it first."""
+    global fc_qk_fused_max
+    if on is not None:
+        fc_qk_fused_max = 1 if on else 0
+    return bool(fc_qk_fused_max)
+
+
 def _test_chunk_spread(on=None):
     """Testing hook: whether a chunk's tiles ask for the rows they read next a line per step of their
     products' loops (True) or all at once before the scores (False; chosen per CPU at load time:
