@@ -136,6 +136,13 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
           ("flash f32 B=1 H=8 S=4096 D=64 causal", _flash(np.float32, 4096, 64, causal=True)),
           ("flash f64 B=1 H=8 S=2048 D=64", _flash(np.float64, 2048, 64)),
           ("flash f64 B=1 H=8 S=2048 D=128", _flash(np.float64, 2048, 128))]),
+        # both at once: (slab rows, maxima kept); a slab's scores with their maxima kept and then
+        # its softmax is the whole fusion the two allow (the exp needs the row's max first)
+        ("fc_qk_slab+fc_qk_fused_max", _slab_and_max(c), [(0, False), (0, True), (8, True), (16, True), (32, True)],
+         [("flash f32 B=1 H=8 S=2048 D=64", _flash(np.float32, 2048, 64)),
+          ("flash f32 B=1 H=8 S=2048 D=128", _flash(np.float32, 2048, 128)),
+          ("flash f32 B=1 H=8 S=4096 D=128", _flash(np.float32, 4096, 128)),
+          ("flash f64 B=1 H=8 S=2048 D=128", _flash(np.float64, 2048, 128))]),
         # half pools (bf16, f16 under float32 math): the heads loops' rows into L1 too, n keys on
         ("fc_h16_l1_ahead", c._test_h16_l1_ahead, [0, 8, 12, 16],
          [("paged mixed bf16 B=16 Hq=32 Hkv=8 D=128 ctx=2048 block=16", _paged_decode(ml_dtypes.bfloat16, 2048, mixed=True)),
@@ -184,6 +191,16 @@ def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str,
                      ("flash mixed bf16 B=1 H=8 S=4096 D=128", _flash_mixed(4096, 128)),
                      ("backward mixed bf16 B=1 H=8 S=1024 D=64", _backward_mixed(1024, 64))]))
     return out
+
+
+def _slab_and_max(c: Any) -> Callable[..., tuple[int, bool]]:
+    """One hook over two choices: fc_qk_slab's rows and fc_qk_fused_max, as a pair."""
+    def hook(form: tuple[int, bool] | None = None) -> tuple[int, bool]:
+        if form is not None:
+            c._test_qk_slab(form[0])
+            c._test_qk_fused_max(form[1])
+        return (c._test_qk_slab(), c._test_qk_fused_max())
+    return hook
 
 
 def _with_form(hook: Callable[..., Any], form: Any, call: Callable[[], Any]) -> Callable[[], Any]:
