@@ -266,7 +266,7 @@ def test_row_maxima_kept_with_the_scores_give_the_same_bits(dtype):
     that attend part of them keep the pass), GQA, stacked heads with D = 40, the transformed rows
     (softcap, ALiBi, a mask), which never take it, and rows whose scores hold a NaN or are -inf but
     for a NaN (a -inf query entry against a zero key entry), where the max must come out as the
-    pass gives it."""
+    pass gives it; in every register block the level has."""
     rng = np.random.default_rng(41)
     r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
     q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
@@ -291,14 +291,17 @@ def test_row_maxima_kept_with_the_scores_give_the_same_bits(dtype):
     out = fuel_cy.attention_flash(qx, kx, v)
     assert np.isnan(out[0, 0, 3]).all() and np.isnan(out[0, 0, 9]).all()
     assert np.isfinite(np.delete(out[0, 0], [3, 9], axis=0)).all()
-    slab = core()._test_qk_slab
-    saved = slab()
+    slab, block = core()._test_qk_slab, core()._test_gemm_block
+    saved = slab(), block()
     try:
-        for n in (0, 8, 12, 64):
-            slab(n)
-            _same_bits_through(core()._test_qk_fused_max, (False, True), (), calls)
+        for b in core()._test_gemm_blocks():   # (the wide block's columns: 4W at a time, then 2W)
+            block(b)
+            for n in (0, 8, 12, 64):
+                slab(n)
+                _same_bits_through(core()._test_qk_fused_max, (False, True), (), calls)
     finally:
-        slab(saved)
+        slab(saved[0])
+        block(saved[1])
 
 
 def test_micro_architecture_choices_follow_the_vendor():

@@ -371,7 +371,6 @@ static inline float fc_sum16_tree(__m512 acc) {
     return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
 }
 #endif
-/* flash: the 16 partials added pairwise */
 /* 16 lane partials added as fc_sum16_tree adds them (l[i] + l[i + h] for h = 8, 4, 2, 1), on
  * 4-lane vectors: written as the scalar loop, gcc kept the partials in memory and every step
  * waited on the last one's store (a fifth of a float32 flash task's own samples at AVX2, perf on
@@ -389,6 +388,7 @@ static inline float fc_tree16(const float* l) {
     return t[0];
 #endif
 }
+/* flash: the 16 partials added pairwise */
 static inline float fc_exp_scaled_sum_f32(float* s, ptrdiff_t n, float scale, float m) {
 #if FC_HAVE_EXP16
     return fc_sum16_tree(fc_exp_acc16(s, n, scale, m));
