@@ -235,6 +235,26 @@ def test_half_pool_l1_requests_give_the_same_bits(dtype):
     _same_bits_through(core()._test_h16_l1_ahead, (0, 16, 1, 5, 8, 12), (-1, 17), calls)
 
 
+def _score_tile_case(dtype, seed: int):
+    """(q, k, v) and the flash calls whose score tiles fc_qk_slab and fc_qk_fused_max change:
+    plain rows over 330 keys (tiles of 128, 128 and 74), causal (diagonal tiles cut short), GQA,
+    203 rows (a short last slab), a GQA tile of stacked heads with D = 40, softcap and ALiBi (the
+    transformed rows), a boolean mask, and the causal backward."""
+    rng = np.random.default_rng(seed)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+    q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
+    slopes = rng.uniform(0.01, 0.3, 4).astype(dtype)
+    mask = rng.random((1, 1, 203, 330)) < 0.8
+    # a few positions of 4 query heads per kv head stacked into one tile, D not a multiple of 16
+    qs, ks, vs = r(2, 8, 5, 40), r(2, 2, 77, 40), r(2, 2, 77, 40)
+    return (q, k, v), [lambda: fuel_cy.attention_flash(qs, ks, vs, causal=True),
+                       lambda: fuel_cy.attention_flash(q, k, v),
+                       lambda: fuel_cy.attention_flash(q, k, v, causal=True),
+                       lambda: fuel_cy.attention_flash(q, k, v, slopes, softcap=5.0),
+                       lambda: fuel_cy.attention_masked(q, k, v, mask),
+                       lambda: fuel_cy.attention_flash_backward(q, k, v, do, causal=True)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_flash_score_slabs_give_the_same_bits(dtype):
     """fc_uarch.h fc_qk_slab: the flash tile's scores and softmax in slabs of query rows or the
@@ -242,19 +262,7 @@ def test_flash_score_slabs_give_the_same_bits(dtype):
     row count that leaves a short last slab, a GQA tile of stacked heads with D = 40, softcap and
     ALiBi (the transformed rows), a boolean mask, and the backward, whose forward statistics do
     not go through the slabs."""
-    rng = np.random.default_rng(37)
-    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
-    q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
-    slopes = rng.uniform(0.01, 0.3, 4).astype(dtype)
-    mask = rng.random((1, 1, 203, 330)) < 0.8
-    # a few positions of 4 query heads per kv head stacked into one tile, D not a multiple of 16
-    qs, ks, vs = r(2, 8, 5, 40), r(2, 2, 77, 40), r(2, 2, 77, 40)
-    calls = [lambda: fuel_cy.attention_flash(qs, ks, vs, causal=True),
-             lambda: fuel_cy.attention_flash(q, k, v),
-             lambda: fuel_cy.attention_flash(q, k, v, causal=True),
-             lambda: fuel_cy.attention_flash(q, k, v, slopes, softcap=5.0),
-             lambda: fuel_cy.attention_masked(q, k, v, mask),
-             lambda: fuel_cy.attention_flash_backward(q, k, v, do, causal=True)]
+    _, calls = _score_tile_case(dtype, 37)
     _same_bits_through(core()._test_qk_slab, (0, 4, 8, 12, 16, 32, 64), (-4, 2, 6, 68), calls)
 
 
@@ -267,12 +275,7 @@ def test_row_maxima_kept_with_the_scores_give_the_same_bits(dtype):
     (softcap, ALiBi, a mask), which never take it, and rows whose scores hold a NaN or are -inf but
     for a NaN (a -inf query entry against a zero key entry), where the max must come out as the
     pass gives it; in every register block the level has."""
-    rng = np.random.default_rng(41)
-    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
-    q, k, v, do = r(1, 4, 203, 48), r(1, 2, 330, 48), r(1, 2, 330, 48), r(1, 4, 203, 48)
-    slopes = rng.uniform(0.01, 0.3, 4).astype(dtype)
-    mask = rng.random((1, 1, 203, 330)) < 0.8
-    qs, ks, vs = r(2, 8, 5, 40), r(2, 2, 77, 40), r(2, 2, 77, 40)
+    (q, k, v), calls = _score_tile_case(dtype, 41)
     # row 3 of head 0: -inf against every key's positive first entry, but NaN at key 200 (0 there);
     # row 9: a NaN entry, so NaN against every key
     qx, kx = q.copy(), k.copy()
@@ -281,13 +284,7 @@ def test_row_maxima_kept_with_the_scores_give_the_same_bits(dtype):
     kx[0, 0, :, 0] = np.abs(kx[0, 0, :, 0]) + 0.5
     kx[0, 0, 200, 0] = 0
     qx[0, 0, 9, 5] = np.nan
-    calls = [lambda: fuel_cy.attention_flash(q, k, v),
-             lambda: fuel_cy.attention_flash(q, k, v, causal=True),
-             lambda: fuel_cy.attention_flash(qs, ks, vs, causal=True),
-             lambda: fuel_cy.attention_flash(q, k, v, slopes, softcap=5.0),
-             lambda: fuel_cy.attention_masked(q, k, v, mask),
-             lambda: fuel_cy.attention_flash(qx, kx, v),
-             lambda: fuel_cy.attention_flash_backward(q, k, v, do, causal=True)]
+    calls.append(lambda: fuel_cy.attention_flash(qx, kx, v))
     out = fuel_cy.attention_flash(qx, kx, v)
     assert np.isnan(out[0, 0, 3]).all() and np.isnan(out[0, 0, 9]).all()
     assert np.isfinite(np.delete(out[0, 0], [3, 9], axis=0)).all()
