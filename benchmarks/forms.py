@@ -94,10 +94,13 @@ def _paged_decode(dtype, ctx: int, mixed: bool = False) -> Callable[[], Any]:
     return lambda: kernel(q, kc, vc, table, lens)
 
 
-def _choices() -> list[tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]]:
+Choice = tuple[str, Callable[..., Any], list[Any], list[tuple[str, Callable[[], Any]]]]
+
+
+def _choices() -> list[Choice]:
     """(choice, its hook, the forms to time, [(shape, call)]) for every choice this level has."""
     c = core()
-    out = [
+    out: list[Choice] = [
         ("fc_pv_form", c._test_pv_form, ["pointer", "stride"],
          [("flash f32 B=1 H=8 S=2048 D=64", _flash(np.float32, 2048, 64)),
           ("flash f32 B=1 H=8 S=2048 D=128", _flash(np.float32, 2048, 128))]),

@@ -237,8 +237,8 @@ def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: 
                 refuse(f"{backward.name} returns no gradient for {name!r}",
                        f"{name!r} requires grad; detach it (it is an input, not a variable, of the backward)")
         k_len = ctx.params.get("k_len")
-        sliced = {name: t.narrow(key_axis[name], 0, k_len) if k_len is not None and name in key_axis else t
-                  for name, t in inputs.items()}
+        sliced = {name: t.narrow(key_axis[name], 0, k_len) if k_len is not None and name in key_axis
+                  and t is not None else t for name, t in inputs.items()}
         args = [grad.contiguous() if spec.name == grad_input else given[spec.name] if spec.name in given
                 else outputs.get(spec.name) if spec.name in outputs_taken else sliced[spec.name]
                 for spec in backward.inputs]
@@ -246,11 +246,12 @@ def _register_gradient(forward: Kernel, backward: Kernel, backward_op: Any, op: 
         out: list[Optional[torch.Tensor]] = []
         for name in names:
             g = grads[grad_of[name]] if name in grad_of else None
-            if g is not None and k_len is not None and name in key_axis:
+            original = inputs[name]
+            if g is not None and k_len is not None and name in key_axis and original is not None:
                 # keys at or beyond k_len were never read: their gradient is zero
                 axis = key_axis[name]
                 pad = list(g.shape)
-                pad[axis] = inputs[name].shape[axis] - k_len
+                pad[axis] = original.shape[axis] - k_len
                 g = torch.cat([g, g.new_zeros(pad)], dim=axis)
             out.append(g)
         return tuple(out)

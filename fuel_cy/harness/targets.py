@@ -27,8 +27,9 @@ def _p_mode(row: dict[str, Any]) -> Optional[str]:
     """A float32-compute half-type row's P: "exact" or "P in T" (round_p), from a mixed kernel's
     rows or the model-facing backward's given out and lse (the bench's "out+lse" half rows take
     round_p=False); None for any other row."""
-    modes = ({None: "exact", "P in T": "P in T"} if row["kernel"].endswith("_mixed") else
-             {"out+lse": "exact", "P in T, out+lse": "P in T"} if row["kernel"] == "attention_masked_backward" else {})
+    modes: dict[Optional[str], str] = (
+        {None: "exact", "P in T": "P in T"} if row["kernel"].endswith("_mixed") else
+        {"out+lse": "exact", "P in T, out+lse": "P in T"} if row["kernel"] == "attention_masked_backward" else {})
     return modes.get(row.get("mode"))
 
 
