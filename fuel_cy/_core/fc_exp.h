@@ -18,31 +18,8 @@
  * 128-key row max cost 16 scalar maxes per 16 keys.  Max is exact and the sums keep the lanes'
  * order, so the bits are those of the Cython loops at the same level. */
 #define FC_ROWRED_IN_C (FC_VBYTES < 64)
-#if FC_ROWRED_IN_C
-#if defined(__AVX__)
-static inline fc_vec_f64 fc_max_vf64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm256_max_pd((__m256d)a, (__m256d)b); }
-#elif defined(__SSE2__)
-static inline fc_vec_f64 fc_max_vf64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm_max_pd((__m128d)a, (__m128d)b); }
-#endif
-#if defined(__AVX__)
-static inline fc_vec_f32 fc_max_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_max_ps((__m256)a, (__m256)b); }
-#elif defined(__SSE2__)
-static inline fc_vec_f32 fc_max_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_max_ps((__m128)a, (__m128)b); }
-#else  /* other architectures: a > b ? a : b by masks */
-#define FC_MAX_BY_MASK(T, SUF, W)                                                                \
-static inline fc_vec_##SUF fc_max_v##SUF(fc_vec_##SUF a, fc_vec_##SUF b) {                       \
-    typedef __typeof__(a > b) iv;  /* the comparison's mask: signed integers as wide as T */     \
-    iv m = (iv)(a > b), ai, bi;                                                                  \
-    memcpy(&ai, &a, FC_VBYTES);                                                                  \
-    memcpy(&bi, &b, FC_VBYTES);                                                                  \
-    ai = (ai & m) | (bi & ~m);                                                                   \
-    memcpy(&a, &ai, FC_VBYTES);                                                                  \
-    return a;                                                                                    \
-}
-FC_FOR_EACH_WORK_TYPE(FC_MAX_BY_MASK)
-#endif
-#endif
-/* x86 max(a, b) is a > b ? a : b: with a new value first, a NaN leaves the lane as it was */
+/* The lanes' max (fc_isa.h fc_max_vf32, fc_max_vf64) is a > b ? a : b: with a new value first, a
+ * NaN leaves the lane as it was */
 #define FC_DEFINE_ROWRED(T, SUF, W)                                                              \
 static inline T fc_row_max_##SUF(const T* s, ptrdiff_t n) {                                      \
     enum { NV = 16 / W };                                                                        \
@@ -230,17 +207,6 @@ static inline void fc_exp_lanes_f32(float* s, ptrdiff_t n, float scale, float m,
 #define FC_HAVE_EXP16 0
 static inline float fc_row_max16_f32(const float* s, ptrdiff_t n) { (void)s; (void)n; return 0; }  /* not called */
 static inline double fc_row_max16_f64(const double* s, ptrdiff_t n) { (void)s; (void)n; return 0; }
-/* min/max of this level: like vminps/vmaxps, the second operand when either is NaN */
-#if defined(__AVX__)
-static inline fc_vec_f32 fc_min_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_min_ps((__m256)a, (__m256)b); }
-static inline fc_vec_f32 fc_max_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_max_ps((__m256)a, (__m256)b); }
-#elif defined(__SSE4_1__)
-static inline fc_vec_f32 fc_min_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_min_ps((__m128)a, (__m128)b); }
-static inline fc_vec_f32 fc_max_v(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_max_ps((__m128)a, (__m128)b); }
-#else
-static inline fc_vec_f32 fc_min_v(fc_vec_f32 a, fc_vec_f32 b) { return fc_select_f32(a < b, a, b); }
-static inline fc_vec_f32 fc_max_v(fc_vec_f32 a, fc_vec_f32 b) { return fc_select_f32(a > b, a, b); }
-#endif
 /* exp on whole vectors for the levels without AVX-512, lean because it is most of the softmax's
  * time there: the input is clamped to [-87.5, 89] (NaN passes: vmaxps/vminps return their second
  * operand), n = round(x log2 e) comes from one magic-number addition whose bits also give 2^(n-1),
@@ -250,8 +216,8 @@ static inline fc_vec_f32 fc_max_v(fc_vec_f32 a, fc_vec_f32 b) { return fc_select
  * ~2e-38 flush to 0.  18 vector operations against fc_expf's 27, within 2 ulp (tested). */
 static inline fc_vec_f32 fc_expf_v(fc_vec_f32 x) {
     const fc_vec_f32 zero = {0};
-    x = fc_max_v(zero - 87.5f, x);
-    x = fc_min_v(zero + 89.0f, x);
+    x = fc_max_vf32(zero - 87.5f, x);   /* (fc_isa.h: NaN passes) */
+    x = fc_min_vf32(zero + 89.0f, x);
     fc_vec_f32 t = x * 1.44269504088896341f + 12582912.0f;   /* 1.5 * 2^23 + n: n in the low bits */
     fc_vec_f32 fn = t - 12582912.0f;
     fc_vec_f32 r = x - fn * 0.693359375f;

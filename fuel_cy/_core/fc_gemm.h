@@ -41,13 +41,13 @@
 
 /* (fc_qk_max_*: each row's running maximum over the columns, lane by lane, rmax[row][W], taken
  * from the sums while they are in registers, so that the softmax needs no pass of its own over
- * the stored scores to find it; fc_qk_fused_max.  fc_vmax_* keeps its second operand when either
+ * the stored scores to find it; fc_qk_fused_max.  fc_max_v* keeps its second operand when either
  * is NaN, so a NaN score never enters a lane, as in fc_exp.h's row_max.) */
 #define FC_QK_KEEP_NONE(SUF, W, NRB, NV)
 #define FC_QK_KEEP_MAX(SUF, W, NRB, NV)                                                          \
         for (int r = 0; r < NRB; r++) {                                                          \
             fc_vec_##SUF mx = fc_load_##SUF(rmax + (i + r) * W);                                  \
-            for (int c = 0; c < NV; c++) mx = fc_vmax_##SUF(a[r][c], mx);                         \
+            for (int c = 0; c < NV; c++) mx = fc_max_v##SUF(a[r][c], mx);                        \
             fc_store_##SUF(rmax + (i + r) * W, mx);                                              \
         }
 

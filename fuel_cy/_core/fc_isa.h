@@ -304,17 +304,35 @@ static inline fc_u32v fc_select_u32(fc_i32v mask, fc_u32v a, fc_u32v b) {
 static inline fc_u32v fc_min_u32(fc_u32v a, fc_u32v b) { FC_U32_MINMAX(min, <) }
 static inline fc_u32v fc_max_u32(fc_u32v a, fc_u32v b) { FC_U32_MINMAX(max, >) }
 
-/* Lane-wise max(x, m) that keeps m where either is NaN (what x86's maxps and maxpd do with their
- * second operand), so a running maximum never takes in a NaN. */
+/* Lane-wise max and min of this level as x86's maxps, minps and maxpd give them: the second
+ * operand where either is NaN, so a running maximum fed new values first never takes in a NaN,
+ * and a clamp's bound lets a NaN through. */
 #if FC_VBYTES == 64
-static inline fc_vec_f32 fc_vmax_f32(fc_vec_f32 x, fc_vec_f32 m) { return (fc_vec_f32)_mm512_max_ps((__m512)x, (__m512)m); }
-static inline fc_vec_f64 fc_vmax_f64(fc_vec_f64 x, fc_vec_f64 m) { return (fc_vec_f64)_mm512_max_pd((__m512d)x, (__m512d)m); }
+static inline fc_vec_f32 fc_max_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm512_max_ps((__m512)a, (__m512)b); }
+static inline fc_vec_f32 fc_min_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm512_min_ps((__m512)a, (__m512)b); }
+static inline fc_vec_f64 fc_max_vf64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm512_max_pd((__m512d)a, (__m512d)b); }
 #elif FC_VBYTES == 32
-static inline fc_vec_f32 fc_vmax_f32(fc_vec_f32 x, fc_vec_f32 m) { return (fc_vec_f32)_mm256_max_ps((__m256)x, (__m256)m); }
-static inline fc_vec_f64 fc_vmax_f64(fc_vec_f64 x, fc_vec_f64 m) { return (fc_vec_f64)_mm256_max_pd((__m256d)x, (__m256d)m); }
-#else
-static inline fc_vec_f32 fc_vmax_f32(fc_vec_f32 x, fc_vec_f32 m) { return (fc_vec_f32)_mm_max_ps((__m128)x, (__m128)m); }
-static inline fc_vec_f64 fc_vmax_f64(fc_vec_f64 x, fc_vec_f64 m) { return (fc_vec_f64)_mm_max_pd((__m128d)x, (__m128d)m); }
+static inline fc_vec_f32 fc_max_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_max_ps((__m256)a, (__m256)b); }
+static inline fc_vec_f32 fc_min_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm256_min_ps((__m256)a, (__m256)b); }
+static inline fc_vec_f64 fc_max_vf64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm256_max_pd((__m256d)a, (__m256d)b); }
+#elif defined(__SSE2__)
+static inline fc_vec_f32 fc_max_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_max_ps((__m128)a, (__m128)b); }
+static inline fc_vec_f32 fc_min_vf32(fc_vec_f32 a, fc_vec_f32 b) { return (fc_vec_f32)_mm_min_ps((__m128)a, (__m128)b); }
+static inline fc_vec_f64 fc_max_vf64(fc_vec_f64 a, fc_vec_f64 b) { return (fc_vec_f64)_mm_max_pd((__m128d)a, (__m128d)b); }
+#else  /* other architectures: a CMP b ? a : b by masks (false on NaN: b) */
+#define FC_PICK_BY_MASK(NAME, T, SUF, CMP)                                                       \
+static inline fc_vec_##SUF NAME(fc_vec_##SUF a, fc_vec_##SUF b) {                                \
+    typedef __typeof__(a > b) iv;  /* the comparison's mask: signed integers as wide as T */     \
+    iv m = (iv)(a CMP b), ai, bi;                                                                \
+    memcpy(&ai, &a, FC_VBYTES);                                                                  \
+    memcpy(&bi, &b, FC_VBYTES);                                                                  \
+    ai = (ai & m) | (bi & ~m);                                                                   \
+    memcpy(&a, &ai, FC_VBYTES);                                                                  \
+    return a;                                                                                    \
+}
+FC_PICK_BY_MASK(fc_max_vf32, float, f32, >)
+FC_PICK_BY_MASK(fc_min_vf32, float, f32, <)
+FC_PICK_BY_MASK(fc_max_vf64, double, f64, >)
 #endif
 
 #endif
